@@ -1,0 +1,218 @@
+"""The time-mix and channel-mix blocks of RWKV v4, v5, v6 and v7 in numpy (rwkv-spec §2).
+
+Every block works on the stacked rows of a batch step ([A, C]: the tokens of all slots
+one after the other) and on this layer's slice of the state pool; only the WKV
+recurrence and the token shift care which slot a row belongs to.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .ops import group_norm, linear, sigmoid, silu
+from .wkv import run_segments, wkv4_sequence, wkv4_step, wkv5_sequence, wkv5_step, wkv7_sequence, wkv7_step
+
+V7_DECAY_SCALE = 0.606531  # e^-1/2, as the reference writes it
+
+
+class LayerWeights:
+    """Fetches one layer's tensors as float32 (a memory-mapped fp32 file is used in place)."""
+
+    def __init__(self, tensors, layer: int):
+        self.tensors, self.prefix = tensors, f"blocks.{layer}."
+
+    def matrix(self, name: str) -> np.ndarray:
+        return np.ascontiguousarray(self.tensors[self.prefix + name], dtype=np.float32)
+
+    def vector(self, name: str) -> np.ndarray:
+        return self.matrix(name).reshape(-1)
+
+    def has(self, name: str) -> bool:
+        return self.prefix + name in self.tensors
+
+
+class Context:
+    """What one layer hands to the next within a step (v7's value residual)."""
+
+    v_first: np.ndarray | None = None
+
+
+# ------------------------------------------------------------------------------ v4
+
+
+class TimeMix4:
+    def __init__(self, w: LayerWeights, info):
+        self.mix = np.stack([w.vector(f"att.time_mix_{q}") for q in "kvr"])[:, None, :]
+        self.log_decay = -np.exp(w.vector("att.time_decay"))  # per step, < 0
+        self.bonus = w.vector("att.time_first")
+        self.W_k, self.W_v, self.W_r, self.W_o = (w.matrix(f"att.{n}.weight") for n in ("key", "value", "receptance", "output"))
+
+    def __call__(self, z, prev, plan, states, ctx):
+        xk, xv, xr = z * self.mix + prev * (1.0 - self.mix)
+        r = sigmoid(linear(xr, self.W_r))
+        k, v = linear(xk, self.W_k), linear(xv, self.W_v)
+        wkv = run_segments(
+            plan, states, lambda s, k, v: wkv4_step(s, k, v, self.log_decay, self.bonus),
+            lambda s, k, v: wkv4_sequence(s, k, v, self.log_decay, self.bonus), k, v,
+        )
+        return linear(r * wkv, self.W_o)
+
+
+class ChannelMix4:
+    """v4 and v5: x = z·μ + p·(1−μ);  σ(W_r x_r) ⊙ W_v relu(W_k x_k)²."""
+
+    def __init__(self, w: LayerWeights, info):
+        self.mix = np.stack([w.vector("ffn.time_mix_k"), w.vector("ffn.time_mix_r")])[:, None, :]
+        self.W_k, self.W_v, self.W_r = (w.matrix(f"ffn.{n}.weight") for n in ("key", "value", "receptance"))
+
+    def __call__(self, z, prev):
+        xk, xr = z * self.mix + prev * (1.0 - self.mix)
+        return sigmoid(linear(xr, self.W_r)) * linear(np.square(np.maximum(linear(xk, self.W_k), 0.0)), self.W_v)
+
+
+# ------------------------------------------------------------------------------ v5
+
+
+class TimeMix5:
+    def __init__(self, w: LayerWeights, info):
+        self.H, self.N = info.n_head, info.head_size
+        self.gated = info.version != "5.0"
+        self.mix = np.stack([w.vector(f"att.time_mix_{q}") for q in ("rkvg" if self.gated else "rkv")])[:, None, :]
+        # 5.0/5.1 decay and bonus are per head, 5.2 per channel: [H, 1] or [H, N] broadcast alike.
+        per_head = (self.H, -1)
+        self.log_decay = (-np.exp(w.matrix("att.time_decay"))).reshape(per_head)
+        if w.has("att.time_faaaa"):
+            self.bonus = w.matrix("att.time_faaaa").reshape(per_head)
+        else:  # the legacy name holds log u
+            self.bonus = np.exp(w.matrix("att.time_first")).reshape(per_head)
+        names = ("key", "receptance", "value", "output") + (("gate",) if self.gated else ())
+        self.W = {n: w.matrix(f"att.{n}.weight") for n in names}
+        self.ln_x = (w.vector("att.ln_x.weight"), w.vector("att.ln_x.bias"))
+
+    def __call__(self, z, prev, plan, states, ctx):
+        A, H, N = z.shape[0], self.H, self.N
+        mixed = z * self.mix + prev * (1.0 - self.mix)
+        r, k, v = (linear(x, self.W[n]).reshape(A, H, N) for x, n in zip(mixed, ("receptance", "key", "value")))
+        log_decay = np.broadcast_to(self.log_decay, (A, H, N))
+        y = run_segments(
+            plan, states, lambda s, *a: wkv5_step(s, *a, self.bonus),
+            lambda s, *a: wkv5_sequence(s, *a, self.bonus), r, k, v, log_decay,
+        )
+        y = group_norm(y.reshape(A, H * N), H, *self.ln_x)
+        if self.gated:
+            y = y * silu(linear(mixed[3], self.W["gate"]))
+        return linear(y, self.W["output"])
+
+
+# ------------------------------------------------------------------------------ v6
+
+
+class TimeMix6:
+    def __init__(self, w: LayerWeights, info):
+        self.H, self.N = info.n_head, info.head_size
+        self.maa_x = w.vector("att.time_maa_x")
+        # The data-dependent mix LoRA yields 5 slices in the order w, k, v, r, g.
+        self.maa = np.stack([w.vector(f"att.time_maa_{q}") for q in "wkvrg"])[:, None, :]
+        self.maa_w1 = w.matrix("att.time_maa_w1")  # [C, 5·Dm]
+        self.maa_w2 = w.matrix("att.time_maa_w2")  # [5, Dm, C]
+        self.decay = w.vector("att.time_decay")
+        self.decay_w1, self.decay_w2 = w.matrix("att.time_decay_w1"), w.matrix("att.time_decay_w2")
+        self.bonus = w.matrix("att.time_faaaa").reshape(self.H, self.N)
+        self.W = {n: w.matrix(f"att.{n}.weight") for n in ("key", "value", "receptance", "gate", "output")}
+        self.ln_x = (w.vector("att.ln_x.weight"), w.vector("att.ln_x.bias"))
+
+    def __call__(self, z, prev, plan, states, ctx):
+        A, H, N = z.shape[0], self.H, self.N
+        d = prev - z
+        m = np.tanh((z + d * self.maa_x) @ self.maa_w1).reshape(A, 5, -1)
+        dyn = np.einsum("aqd,qdc->qac", m, self.maa_w2)
+        xw, xk, xv, xr, xg = z + d * (self.maa + dyn)
+        r, k, v = (linear(x, self.W[n]).reshape(A, H, N) for x, n in ((xr, "receptance"), (xk, "key"), (xv, "value")))
+        g = silu(linear(xg, self.W["gate"]))
+        lam = self.decay + np.tanh(xw @ self.decay_w1) @ self.decay_w2
+        log_decay = (-np.exp(lam)).reshape(A, H, N)  # decay = exp(−exp(λ)), per token
+        y = run_segments(
+            plan, states, lambda s, *a: wkv5_step(s, *a, self.bonus),
+            lambda s, *a: wkv5_sequence(s, *a, self.bonus), r, k, v, log_decay,
+        )
+        y = group_norm(y.reshape(A, H * N), H, *self.ln_x)
+        return linear(y * g, self.W["output"])
+
+
+class ChannelMix6:
+    """v6: x = z + (p − z)·μ;  σ(W_r x_r) ⊙ W_v relu(W_k x_k)²."""
+
+    def __init__(self, w: LayerWeights, info):
+        self.maa = np.stack([w.vector("ffn.time_maa_k"), w.vector("ffn.time_maa_r")])[:, None, :]
+        self.W_k, self.W_v, self.W_r = (w.matrix(f"ffn.{n}.weight") for n in ("key", "value", "receptance"))
+
+    def __call__(self, z, prev):
+        xk, xr = z + (prev - z) * self.maa
+        return sigmoid(linear(xr, self.W_r)) * linear(np.square(np.maximum(linear(xk, self.W_k), 0.0)), self.W_v)
+
+
+# ------------------------------------------------------------------------------ v7
+
+
+class TimeMix7:
+    def __init__(self, w: LayerWeights, info, layer: int):
+        self.H, self.N, self.first = info.n_head, info.head_size, layer == 0
+        self.mix = np.stack([w.vector(f"att.x_{q}") for q in "rwkvag"])[:, None, :]
+        self.w0, self.w1, self.w2 = w.vector("att.w0"), w.matrix("att.w1"), w.matrix("att.w2")
+        self.a0, self.a1, self.a2 = w.vector("att.a0"), w.matrix("att.a1"), w.matrix("att.a2")
+        if not self.first:  # block 0's value-residual LoRA exists in files but is unused
+            self.v0, self.v1, self.v2 = w.vector("att.v0"), w.matrix("att.v1"), w.matrix("att.v2")
+        self.g1, self.g2 = w.matrix("att.g1"), w.matrix("att.g2")
+        self.k_k, self.k_a = w.vector("att.k_k"), w.vector("att.k_a")
+        self.r_k = w.matrix("att.r_k").reshape(self.H, self.N)
+        self.W = {n: w.matrix(f"att.{n}.weight") for n in ("receptance", "key", "value", "output")}
+        self.ln_x = (w.vector("att.ln_x.weight"), w.vector("att.ln_x.bias"))
+
+    def __call__(self, z, prev, plan, states, ctx):
+        A, H, N = z.shape[0], self.H, self.N
+        xr, xw, xk, xv, xa, xg = z + (prev - z) * self.mix
+        r = linear(xr, self.W["receptance"])
+        k = linear(xk, self.W["key"])
+        v = linear(xv, self.W["value"])
+        log_decay = -V7_DECAY_SCALE * sigmoid(self.w0 + np.tanh(xw @ self.w1) @ self.w2)
+        alpha = sigmoid(self.a0 + (xa @ self.a1) @ self.a2)  # in-context learning rate
+        g = sigmoid(xg @ self.g1) @ self.g2
+        kappa = (k * self.k_k).reshape(A, H, N)
+        kappa = kappa / np.maximum(np.linalg.norm(kappa, axis=-1, keepdims=True), 1e-12)
+        k = k * (1.0 + (alpha - 1.0) * self.k_a)  # κ̂ above uses the unmodified k
+        if self.first:
+            ctx.v_first = v
+        else:
+            v = v + (ctx.v_first - v) * sigmoid(self.v0 + (xv @ self.v1) @ self.v2)
+        r3, k3, v3 = r.reshape(A, H, N), k.reshape(A, H, N), v.reshape(A, H, N)
+        y = run_segments(
+            plan, states, wkv7_step, wkv7_sequence,
+            r3, log_decay.reshape(A, H, N), k3, v3, -kappa, kappa * alpha.reshape(A, H, N),
+        )
+        y = group_norm(y.reshape(A, H * N), H, *self.ln_x)
+        bonus = np.sum(r3 * k3 * self.r_k, axis=-1, keepdims=True) * v3  # added after the norm
+        return linear((y + bonus.reshape(A, H * N)) * g, self.W["output"])
+
+
+class ChannelMix7:
+    """v7: x = z + (p − z)·μ;  W_v relu(W_k x)², no receptance gate."""
+
+    def __init__(self, w: LayerWeights, info):
+        self.mix = w.vector("ffn.x_k")
+        self.W_k, self.W_v = w.matrix("ffn.key.weight"), w.matrix("ffn.value.weight")
+
+    def __call__(self, z, prev):
+        return linear(np.square(np.maximum(linear(z + (prev - z) * self.mix, self.W_k), 0.0)), self.W_v)
+
+
+def make_blocks(tensors, info, layer: int):
+    """The (time mix, channel mix) pair of one layer of this model's version."""
+    w = LayerWeights(tensors, layer)
+    v = info.version
+    if v == "4":
+        return TimeMix4(w, info), ChannelMix4(w, info)
+    if v.startswith("5"):
+        return TimeMix5(w, info), ChannelMix4(w, info)
+    if v == "6":
+        return TimeMix6(w, info), ChannelMix6(w, info)
+    return TimeMix7(w, info, layer), ChannelMix7(w, info)

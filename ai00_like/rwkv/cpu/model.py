@@ -1,0 +1,120 @@
+"""The numpy (CPU) RWKV model: v4, v5.0/5.1/5.2, v6 and v7, fp32 compute.
+
+`step` runs several slots in one forward (prefill chunks and decode tokens mixed);
+`forward` is the plain single-sequence API of the reference package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from ..batch import BatchPlan, StepInput
+from ..info import ModelInfo
+from ..state import State, StatePool
+from .blocks import Context, make_blocks
+from .ops import layer_norm, linear, token_shift
+
+
+class CpuModel:
+    device = "cpu"
+
+    def __init__(self, tensors: Mapping[str, np.ndarray], info: ModelInfo, max_batch: int = 1,
+                 initial_state: State | None = None):
+        self.info = info
+        vec = lambda name: np.asarray(tensors[name], dtype=np.float32).reshape(-1)  # noqa: E731
+        # ln0 is applied to the gathered rows each step rather than folded into a copy of
+        # the embedding: the (possibly memory-mapped) embedding is never duplicated.
+        self.emb = tensors["emb.weight"]
+        self.ln0 = (vec("blocks.0.ln0.weight"), vec("blocks.0.ln0.bias"))
+        self.norms = [
+            (vec(f"blocks.{i}.ln1.weight"), vec(f"blocks.{i}.ln1.bias"),
+             vec(f"blocks.{i}.ln2.weight"), vec(f"blocks.{i}.ln2.bias"))
+            for i in range(info.n_layer)
+        ]
+        self.blocks = [make_blocks(tensors, info, i) for i in range(info.n_layer)]
+        self.ln_out = (vec("ln_out.weight"), vec("ln_out.bias"))
+        self.head = np.ascontiguousarray(tensors["head.weight"], dtype=np.float32)
+        self.pool = StatePool(info, max_batch, initial_state)
+
+    # ------------------------------------------------------------------ state API
+
+    @property
+    def max_batch(self) -> int:
+        return self.pool.size
+
+    def initial_state(self) -> State:
+        return self.pool.initial.copy()
+
+    def read_state(self, slot: int) -> State:
+        return self.pool.read(slot)
+
+    def write_state(self, slot: int, state: State) -> None:
+        self.pool.write(slot, state)
+
+    def reset(self, slot: int) -> None:
+        self.pool.reset(slot)
+
+    # ------------------------------------------------------------------ inference
+
+    def forward(self, tokens: Sequence[int], state: State | None = None, full_output: bool = False):
+        """logits of the last token (or of every token), and the state after `tokens`.
+
+        The state passed in is not modified.
+        """
+        pool = StatePool(self.info, 1, state.copy() if state is not None else self.pool.initial)
+        (logits,) = self._step(pool, [StepInput(0, tokens, "all" if full_output else "last")])
+        return logits, pool.read(0)
+
+    def step(self, inputs: Sequence[StepInput]) -> list[np.ndarray | None]:
+        """One batched forward over the pool's slots; per input its wanted logits or None."""
+        return self._step(self.pool, inputs)
+
+    def _step(self, pool: StatePool, inputs: Sequence[StepInput]) -> list[np.ndarray | None]:
+        inputs = [StepInput(*i) for i in inputs]
+        active = [i for i in inputs if len(i.tokens)]
+        results: list[np.ndarray | None] = [None] * len(inputs)
+        if not active:
+            return results
+        for i in active:
+            if not 0 <= i.slot < pool.size:
+                raise ValueError(f"slot {i.slot} is outside the pool of {pool.size}")
+        ids = np.concatenate([np.asarray(i.tokens, dtype=np.intp) for i in active])
+        if ids.min() < 0 or ids.max() >= self.info.vocab:
+            raise ValueError(f"token ids must be in [0, {self.info.vocab})")
+        plan = BatchPlan([(i.slot, len(i.tokens)) for i in active])
+        x = self._layers(ids, plan, pool)
+
+        # ln_out and the head (the largest matrix) only on the rows whose logits are wanted.
+        wanted, where = [], []
+        for i, start, stop in zip(active, plan.starts, plan.stops):
+            rows = range(start, stop) if i.want == "all" else [stop - 1] if i.want == "last" else []
+            where.append((len(wanted), len(rows)))
+            wanted.extend(rows)
+        logits = self._head(x[wanted]) if wanted else None
+        k = 0
+        for n, i in enumerate(inputs):
+            if not len(i.tokens):
+                continue
+            offset, count = where[k]
+            k += 1
+            if i.want == "last":
+                results[n] = logits[offset]
+            elif i.want == "all":
+                results[n] = logits[offset : offset + count]
+        return results
+
+    def _layers(self, ids: np.ndarray, plan: BatchPlan, pool: StatePool) -> np.ndarray:
+        x = layer_norm(np.asarray(self.emb[ids], dtype=np.float32), *self.ln0)
+        ctx = Context()
+        for i, (time_mix, channel_mix) in enumerate(self.blocks):
+            ln1_w, ln1_b, ln2_w, ln2_b = self.norms[i]
+            z = layer_norm(x, ln1_w, ln1_b)
+            x = x + time_mix(z, token_shift(z, pool.att_shift[i], plan), plan, pool.wkv[i], ctx)
+            z = layer_norm(x, ln2_w, ln2_b)
+            x = x + channel_mix(z, token_shift(z, pool.ffn_shift[i], plan))
+        return x
+
+    def _head(self, x: np.ndarray) -> np.ndarray:
+        return linear(layer_norm(x, *self.ln_out), self.head)

@@ -1,0 +1,59 @@
+"""Small numpy building blocks shared by every RWKV version (rwkv-spec §2.1)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+LN_EPS = 1e-5
+GN_EPS = 64e-5  # GroupNorm(x/8, 1e-5) as trained == GroupNorm(x, 64e-5)
+
+
+def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float = LN_EPS) -> np.ndarray:
+    mean = x.mean(axis=-1, keepdims=True)
+    centred = x - mean
+    var = np.einsum("...i,...i->...", centred, centred)[..., None] / x.shape[-1]
+    return centred * (1.0 / np.sqrt(var + eps)) * weight + bias
+
+
+def group_norm(x: np.ndarray, n_head: int, weight: np.ndarray, bias: np.ndarray, eps: float = GN_EPS) -> np.ndarray:
+    """Normalise each head's slice of the last axis on its own, then one affine over all."""
+    shape = x.shape
+    grouped = x.reshape(*shape[:-1], n_head, shape[-1] // n_head)
+    mean = grouped.mean(axis=-1, keepdims=True)
+    centred = grouped - mean
+    var = (centred * centred).mean(axis=-1, keepdims=True)
+    return (centred / np.sqrt(var + eps)).reshape(shape) * weight + bias
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    # 1/(1+e^-x) overflows harmlessly to 0 for very negative x; silence the warning only.
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-x))
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x * sigmoid(x)
+
+
+def linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """x · Wᵀ for W stored [out, in] as in the checkpoints (no transposed copy is made).
+
+    One row goes through a matrix–vector product: BLAS gemv streams W once at memory
+    speed, where a 1-row gemm is markedly slower in OpenBLAS.
+    """
+    if x.shape[0] == 1:
+        return (weight @ x[0])[None, :]
+    return x @ weight.T
+
+
+def token_shift(z: np.ndarray, shift_state: np.ndarray, plan) -> np.ndarray:
+    """The previous token's normalised input for every stacked row (rwkv-spec §2.1, §4.2).
+
+    Within a segment it is the row above; a segment's first row takes the slot's saved
+    row. The slot then saves the segment's last row for the next step.
+    """
+    prev = np.empty_like(z)
+    prev[1:] = z[:-1]
+    prev[plan.first_rows] = shift_state[plan.slots]
+    shift_state[plan.slots] = z[plan.last_rows]
+    return prev
