@@ -1,0 +1,120 @@
+"""The `ai00-like` command line.
+
+Each subcommand is an `add_<name>(subparsers)` that declares its arguments and a
+`cmd_<name>(args) -> int` that runs it; `main` only dispatches. Errors a user can cause
+print one line, `ai00-like: error: <file>: <problem>`, and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .rwkv.errors import ModelFileError
+
+PROG = "ai00-like"
+EXIT_USER_ERROR = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USER_ERROR
+    try:
+        return args.handler(args)
+    except ModelFileError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="A local inference server for RWKV language models.")
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
+    add_convert(subparsers)
+    return parser
+
+
+# --------------------------------------------------------------------------- convert
+
+
+def add_convert(subparsers) -> None:
+    p = subparsers.add_parser(
+        "convert",
+        help="convert a .pth checkpoint to safetensors",
+        description=(
+            "Convert an RWKV checkpoint (official .pth, or safetensors in either layout) to "
+            "safetensors. The input format is recognised from the file's content."
+        ),
+    )
+    p.add_argument("input", metavar="IN", type=Path, help="checkpoint to read (.pth or .st/.safetensors)")
+    p.add_argument("output", metavar="OUT", type=Path, nargs="?", help="file to write (default: IN with suffix .st)")
+    p.add_argument(
+        "--dtype",
+        choices=("fp16", "fp32", "bf16"),
+        default="fp16",
+        help=(
+            "storage type of the weights. fp16 halves an fp32 file and is lossless for bf16 "
+            "releases in the range weights use; fp32 lets the CPU backend map the file without "
+            "any conversion; bf16 keeps official releases bit for bit (default: fp16)"
+        ),
+    )
+    p.add_argument(
+        "--layout",
+        choices=("official", "web-rwkv"),
+        default="official",
+        help=(
+            "tensor names and layout: 'official' as in BlinkDL's .pth releases, or 'web-rwkv' "
+            "as Ai00's converter writes them, for which Ai00 needs --dtype fp16 (default: official)"
+        ),
+    )
+    p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
+    p.set_defaults(handler=cmd_convert)
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from .rwkv.formats.safetensors import write_safetensors
+    from .rwkv.loader import read_checkpoint
+
+    out: Path = args.output or args.input.with_suffix(".st")
+    if out.resolve() == args.input.resolve():
+        raise ModelFileError(out, "is the input file; choose another output name")
+    if out.exists() and not args.force:
+        raise ModelFileError(out, "already exists (use --force to overwrite)")
+    if args.layout == "web-rwkv" and args.dtype != "fp16":
+        print(f"{PROG}: warning: Ai00/web-rwkv only load fp16 files; writing {args.dtype} anyway", file=sys.stderr)
+
+    ckpt = read_checkpoint(args.input, keep_bf16=True)
+    itemsize = 4 if args.dtype == "fp32" else 2
+    total = sum(arr.size for arr in ckpt.tensors.values()) * itemsize
+    partial = out.with_name(out.name + ".part")  # never leave a half-written OUT behind
+    try:
+        with tqdm(total=total, unit="B", unit_scale=True, desc=out.name, file=sys.stderr, disable=None) as bar:
+            write_safetensors(
+                ckpt.tensors,
+                partial,
+                layout=args.layout,
+                dtype=args.dtype,
+                on_tensor=lambda _name, nbytes: bar.update(nbytes),
+            )
+        os.replace(partial, out)
+    except OSError as e:
+        raise ModelFileError(out, f"cannot write: {e.strerror or e}") from None
+    finally:
+        partial.unlink(missing_ok=True)
+    info = ckpt.info
+    print(
+        f"{out}: RWKV v{info.version} L{info.n_layer} D{info.n_embd} vocab {info.vocab}, "
+        f"{args.dtype}, {args.layout} layout",
+        file=sys.stderr,
+    )
+    return 0

@@ -1,0 +1,133 @@
+"""Checkpoint file formats: what `pth.py` and `safetensors.py` share.
+
+The readers map files into memory instead of reading them: a weight that is stored as
+fp16 or fp32 comes back as a read-only numpy view of the file's pages, so a model is
+never held twice (once in the page cache, once in our heap). Only bf16 has to be
+copied, because numpy has no bf16 arithmetic.
+
+Inside this package a bf16 tensor travels as an array of the structured dtype `BF16`
+(the raw 16-bit patterns, still memory-mapped) so that layout fixes (renames,
+transposes) and converters that stream tensor by tensor do not have to widen the whole
+model to fp32 first. `as_float` widens it; public readers call it before returning
+unless asked not to.
+
+This module imports neither submodule, so they can import it without a cycle.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from ..errors import ModelFileError
+
+Layout = Literal["official", "web-rwkv"]
+LAYOUTS: tuple[str, ...] = ("official", "web-rwkv")
+
+StorageDtype = Literal["fp32", "fp16", "bf16"]
+STORAGE_DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16")
+
+# Raw bfloat16 bit patterns. A structured dtype rather than plain uint16 so that a bf16
+# tensor cannot be mistaken for integers, and so it says what it is wherever it goes.
+BF16 = np.dtype([("bf16", "<u2")])
+
+_FP16_MAX = 65504.0
+
+
+def is_bf16(arr: np.ndarray) -> bool:
+    return arr.dtype == BF16
+
+
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    """Widen bf16 bit patterns (uint16 or BF16) to float32: they are its top 16 bits."""
+    if bits.dtype == BF16:
+        bits = bits["bf16"]
+    wide = bits.astype(np.uint32)
+    wide <<= 16
+    return wide.view(np.float32)
+
+
+def f32_to_bf16(values: np.ndarray) -> np.ndarray:
+    """Round float32 to bfloat16 (nearest, ties to even) and return BF16 bit patterns."""
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    bits = values.view(np.uint32)
+    # Adding 0x7FFF plus the lowest kept bit rounds half-way cases to the even pattern.
+    rounded = (bits + (np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1)))) >> 16
+    # The rounding carry could turn a NaN with a small payload into ±inf: keep it NaN.
+    rounded = np.where(np.isnan(values), np.uint32(0x7FC0), rounded)
+    return rounded.astype(np.uint16).view(BF16)
+
+
+def as_float(arr: np.ndarray) -> np.ndarray:
+    """The array as numbers: bf16 widened to float32, fp16/fp32 returned as they are."""
+    return bf16_to_f32(arr) if is_bf16(arr) else arr
+
+
+def cast_for_storage(arr: np.ndarray, dtype: str, name: str, path: str | Path) -> np.ndarray:
+    """A C-contiguous copy (or view) of `arr` in the storage dtype, ready to be written.
+
+    bf16 → bf16 copies the bit patterns, so converting an official bf16 checkpoint to
+    bf16 safetensors is exact and never widens to fp32.
+    """
+    if dtype == "bf16":
+        out = arr if is_bf16(arr) else f32_to_bf16(arr)
+    elif dtype == "fp16":
+        with np.errstate(over="ignore"):  # checked right below
+            out = as_float(arr).astype(np.float16, copy=False)
+        # Released weights stay far below fp16's limit; a file that does not would be
+        # silently broken by the cast, so say so instead.
+        if out.size and np.isinf(out).any() and not np.isinf(as_float(arr)).any():
+            raise ModelFileError(path, f"tensor '{name}' does not fit in fp16 (|x| > {_FP16_MAX:g}); use fp32 or bf16")
+    elif dtype == "fp32":
+        out = as_float(arr).astype(np.float32, copy=False)
+    else:
+        raise ValueError(f"unknown storage dtype {dtype!r}; expected one of {STORAGE_DTYPES}")
+    return np.ascontiguousarray(out)
+
+
+def map_file(path: str | Path) -> mmap.mmap:
+    """Map a whole file read-only, turning every way it can fail into ModelFileError."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                raise ModelFileError(path, "empty file")
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except FileNotFoundError:
+        raise ModelFileError(path, "file not found") from None
+    except IsADirectoryError:
+        raise ModelFileError(path, "is a directory, not a model file") from None
+    except PermissionError:
+        raise ModelFileError(path, "cannot read: permission denied") from None
+    except OSError as e:
+        raise ModelFileError(path, f"cannot read: {e.strerror or e}") from None
+
+
+def view_of(mapped: mmap.mmap, offset: int, dtype: np.dtype, count: int) -> np.ndarray:
+    """A read-only 1-D array over `count` items of the mapped file (no copy)."""
+    return np.frombuffer(mapped, dtype=dtype, count=count, offset=offset)
+
+
+def shapes_of(tensors: dict[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
+    return {name: tuple(arr.shape) for name, arr in tensors.items()}
+
+
+__all__ = [
+    "BF16",
+    "LAYOUTS",
+    "STORAGE_DTYPES",
+    "Layout",
+    "StorageDtype",
+    "as_float",
+    "bf16_to_f32",
+    "cast_for_storage",
+    "f32_to_bf16",
+    "is_bf16",
+    "map_file",
+    "shapes_of",
+    "view_of",
+]
