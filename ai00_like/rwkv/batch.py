@@ -38,6 +38,10 @@ class BatchPlan:
         self.n_rows = int(stops[-1]) if len(stops) else 0
         single = lengths == 1
         self.single_rows, self.single_slots = starts[single], slots[single]
+        n = len(self.single_slots)
+        first = int(self.single_slots[0]) if n else 0
+        contiguous = n > 0 and np.array_equal(self.single_slots, np.arange(first, first + n))
+        self.single_slot_range = slice(first, first + n) if contiguous else None
         self.long_segments = [
             (int(s), int(a), int(b)) for s, a, b, one in zip(slots, starts, stops, single) if not one
         ]

@@ -26,8 +26,11 @@ def run_segments(plan, states: np.ndarray, step, sequence, *per_token: np.ndarra
     out = None
     if len(plan.single_rows):
         rows, slots = plan.single_rows, plan.single_slots
-        y, new = step(states[slots], *(a[rows] for a in per_token))
-        states[slots] = new
+        # Decoding slots that sit side by side in the pool (the common case) are read and
+        # written through a view instead of a gathered copy.
+        where = plan.single_slot_range if plan.single_slot_range is not None else slots
+        y, new = step(states[where], *(a[rows] for a in per_token))
+        states[where] = new
         out = np.empty((plan.n_rows,) + y.shape[1:], dtype=np.float32)
         out[rows] = y
     for slot, start, stop in plan.long_segments:

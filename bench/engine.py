@@ -1,0 +1,138 @@
+"""Engine benchmark: our numpy backend against the reference `rwkv` package, same run.
+
+A seeded v7 checkpoint of the 0.1B shape (L12, D768, V65536) in fp32, saved once as a
+`.pth` that both engines load. Each engine runs in its own process with 2 threads:
+prefill tokens/s of a 512-token prompt, decode tokens/s at batch 1, 4 and 16, and the
+process's peak memory. Prints a table, then one JSON line of results and ratios.
+
+    .venv/bin/python bench/engine.py            # needs torch==2.13.0 and rwkv==0.8.32
+    .venv/bin/python bench/engine.py --quick    # a smaller model, for a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+CACHE = Path(__file__).resolve().parent / ".cache"
+SHAPES = {
+    "0.1B": dict(n_layer=12, n_embd=768, head_size=64, vocab=65536, lora=dict(decay=64, a=64, value=32, gate=128)),
+    "quick": dict(n_layer=4, n_embd=256, head_size=64, vocab=65536, lora=dict(decay=32, a=32, value=16, gate=64)),
+}
+THREADS = 2
+PROMPT, DECODE_STEPS, BATCHES = 512, 32, (1, 4, 16)
+
+COMMON = """
+import json, resource, sys, time
+import numpy as np
+path, prompt_len, steps, batches = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
+prompt = np.random.default_rng(0).integers(1, 65530, prompt_len).tolist()
+def peak_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def best_of(n, fn):
+    times = []
+    for _ in range(n):
+        t = time.perf_counter(); fn(); times.append(time.perf_counter() - t)
+    return min(times)
+"""
+
+OURS = COMMON + """
+from ai00_like.rwkv import load_model
+from ai00_like.rwkv.batch import StepInput
+t = time.perf_counter(); model = load_model(path, max_batch=max(batches)); load_s = time.perf_counter() - t
+model.forward(prompt[:64])  # warm-up
+prefill_s = best_of(2, lambda: model.forward(prompt))
+decode = {}
+for b in batches:
+    inputs = [StepInput(slot, [prompt[slot]]) for slot in range(b)]
+    model.step(inputs)
+    decode[b] = b * steps / best_of(1, lambda: [model.step(inputs) for _ in range(steps)])
+print(json.dumps({"load_s": load_s, "prefill_tps": prompt_len / prefill_s, "decode_tps": decode, "peak_mb": peak_mb()}))
+"""
+
+REFERENCE = COMMON + """
+import os, torch
+torch.set_num_threads(int(os.environ["BENCH_THREADS"]))
+from rwkv.model import RWKV
+t = time.perf_counter(); model = RWKV(model=path[:-4], strategy="cpu fp32"); load_s = time.perf_counter() - t
+model.forward(prompt[:64], None)
+prefill_s = best_of(2, lambda: model.forward(prompt, None))
+_, state = model.forward(prompt[:8], None)
+def run():
+    s = state
+    for i in range(steps):
+        _, s = model.forward([prompt[i]], s)
+decode = {1: steps / best_of(1, run)}
+print(json.dumps({"load_s": load_s, "prefill_tps": prompt_len / prefill_s, "decode_tps": decode, "peak_mb": peak_mb()}))
+"""
+
+
+def checkpoint(shape: str) -> tuple[Path, int]:
+    """The seeded checkpoint as an fp32 .pth (made once), and its weight bytes."""
+    from ai00_like.rwkv.synthetic import make_checkpoint
+
+    path = CACHE / f"v7-{shape}-seed1.pth"
+    tensors = make_checkpoint("7", seed=1, **SHAPES[shape])
+    nbytes = sum(a.nbytes for a in tensors.values())
+    if not path.exists():
+        import torch
+
+        CACHE.mkdir(exist_ok=True)
+        torch.save({k: torch.from_numpy(v) for k, v in tensors.items()}, path)
+    return path, nbytes
+
+
+def run(code: str, path: Path, env_extra: dict, batches) -> dict:
+    env = dict(os.environ, BENCH_THREADS=str(THREADS), OMP_NUM_THREADS=str(THREADS),
+               OPENBLAS_NUM_THREADS=str(THREADS), **env_extra)
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(path), str(PROMPT), str(DECODE_STEPS),
+                          json.dumps(list(batches))], env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"benchmark process failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a 4-layer D256 model instead of the 0.1B shape")
+    parser.add_argument("--no-reference", action="store_true", help="only our engine")
+    args = parser.parse_args()
+    shape = "quick" if args.quick else "0.1B"
+    path, weight_bytes = checkpoint(shape)
+    ours = run(OURS, path, {}, BATCHES)
+    ref = None if args.no_reference else run(REFERENCE, path, {"RWKV_V7_ON": "1", "RWKV_JIT_ON": "1"}, (1,))
+    weights_mb = weight_bytes / 2**20
+
+    print(f"v7 {shape}, fp32 weights {weights_mb:.0f} MiB, {THREADS} threads")
+    print(f"{'':24}{'ours':>12}{'reference':>12}{'ratio':>8}")
+
+    def row(label, a, b):
+        ratio = f"{a / b:8.2f}" if b else ""
+        print(f"{label:24}{a:12.1f}{(b or 0):12.1f}{ratio}")
+
+    row(f"prefill {PROMPT} tok/s", ours["prefill_tps"], ref and ref["prefill_tps"])
+    ref_b1 = ref and ref["decode_tps"]["1"]
+    for b in BATCHES:
+        row(f"decode batch {b} tok/s", ours["decode_tps"][str(b)], ref_b1)
+    row("peak memory MiB", ours["peak_mb"], ref and ref["peak_mb"])
+    result = {
+        "shape": shape,
+        "weights_mb": weights_mb,
+        "ours": ours,
+        "reference": ref,
+        "ratios": {
+            "prefill": ref and ours["prefill_tps"] / ref["prefill_tps"],
+            **{f"decode_b{b}_vs_ref_b1": ref and ours["decode_tps"][str(b)] / ref_b1 for b in BATCHES},
+            "peak_memory_vs_weights": ours["peak_mb"] / weights_mb,
+        },
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
