@@ -53,8 +53,12 @@ def test_batch_of_unrelated_sequences_matches_alone(version):
         for slot, logits in enumerate(model.step(inputs)):
             if logits is not None:
                 got[slot].append(logits)
+    # float32 BLAS rounds a row's dot products differently depending on how many rows share
+    # the product; v5.0 (no gate, unsquashed receptance) amplifies that to ~2e-5 here,
+    # while the same chunks alone agree to 1e-6. Float64 products make all agree to 6e-7.
+    tolerance = 3e-5 if version == "5.0" else SAME
     for slot in range(8):
-        assert rel_err(np.concatenate(got[slot]), alone[slot]) < SAME, f"slot {slot}"
+        assert rel_err(np.concatenate(got[slot]), alone[slot]) < tolerance, f"slot {slot}"
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -96,17 +96,19 @@ def _wkv5_chunk(state, r, k, v, log_decay, u):
     T = r.shape[0]
     # Move heads first: [H, T, N]
     r, k, v, ld = (np.ascontiguousarray(a.transpose(1, 0, 2)) for a in (r, k, v, log_decay))
-    cum = np.cumsum(ld, axis=1)  # Λ_t, inclusive
+    # Prefix sums in float64: their differences are the exponents, and in float32 the
+    # cancellation of two sums of dozens of log-decays would cost several digits.
+    cum = np.cumsum(ld, axis=1, dtype=np.float64)  # Λ_t, inclusive
     before = cum - ld  # Λ_{t-1}
     # A[t, s] = Σ_i r_t[i] k_s[i] exp(Λ_{t-1}[i] − Λ_s[i]) for s < t
     span = before[:, :, None, :] - cum[:, None, :, :]  # [H, T, T, N]
     strictly_lower = np.tril(np.ones((T, T), dtype=bool), -1)
-    span = np.where(strictly_lower[None, :, :, None], span, -np.inf)
-    A = np.einsum("hti,hsi,htsi->hts", r, k, np.exp(span), optimize=True)
+    span = np.exp(np.where(strictly_lower[None, :, :, None], span, -np.inf)).astype(np.float32)
+    A = np.einsum("hti,hsi,htsi->hts", r, k, span, optimize=True)
     bonus = np.sum(r * u[:, None, :] * k, axis=-1, keepdims=True) * v
-    y = (r * np.exp(before)) @ state + A @ v + bonus
-    to_end = np.exp(cum[:, -1:, :] - cum)  # decay from each token to the end of the chunk
-    state = np.exp(cum[:, -1, :])[:, :, None] * state + (k * to_end).transpose(0, 2, 1) @ v
+    y = (r * np.exp(before).astype(np.float32)) @ state + A @ v + bonus
+    to_end = np.exp(cum[:, -1:, :] - cum).astype(np.float32)  # decay from each token to the chunk's end
+    state = np.exp(cum[:, -1, :]).astype(np.float32)[:, :, None] * state + (k * to_end).transpose(0, 2, 1) @ v
     return y.transpose(1, 0, 2), state
 
 
@@ -143,10 +145,10 @@ def _wkv7_chunk(state, r, log_decay, k, v, a, b):
     """
     T = r.shape[0]
     r, ld, k, v, a, b = (np.ascontiguousarray(x.transpose(1, 0, 2)) for x in (r, log_decay, k, v, a, b))
-    cum = np.cumsum(ld, axis=1)  # log γ_t
-    inv_gamma = np.exp(-cum)
-    a_t = a * np.exp(cum - ld)  # ã_t = a_t ⊙ γ_{t−1}
-    r_t = r * np.exp(cum)  # r̃_t = r_t ⊙ γ_t
+    cum = np.cumsum(ld, axis=1, dtype=np.float64)  # log γ_t (float64: see _wkv5_chunk)
+    inv_gamma = np.exp(-cum).astype(np.float32)
+    a_t = a * np.exp(cum - ld).astype(np.float32)  # ã_t = a_t ⊙ γ_{t−1}
+    r_t = r * np.exp(cum).astype(np.float32)  # r̃_t = r_t ⊙ γ_t
     b_bar, k_bar = b * inv_gamma, k * inv_gamma
     s0_t = state.transpose(0, 2, 1)  # S₀ᵀ: [H, key, value]
     mT = np.swapaxes
@@ -157,9 +159,9 @@ def _wkv7_chunk(state, r, log_decay, k, v, a, b):
     rb = np.tril(r_t @ mT(b_bar, 1, 2))
     rk = np.tril(r_t @ mT(k_bar, 1, 2))
     y = r_t @ s0_t + rb @ h + rk @ v
-    to_end = np.exp(cum[:, -1:, :] - cum)  # γ_T / γ_s, computed directly for precision
+    to_end = np.exp(cum[:, -1:, :] - cum).astype(np.float32)  # γ_T / γ_s, computed directly for precision
     state = (
-        state * np.exp(cum[:, -1, :])[:, None, :]
+        state * np.exp(cum[:, -1, :]).astype(np.float32)[:, None, :]
         + mT(h, 1, 2) @ (b * to_end)
         + mT(v, 1, 2) @ (k * to_end)
     )
