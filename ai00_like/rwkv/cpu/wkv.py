@@ -120,8 +120,10 @@ def wkv7_step(state, r, log_decay, k, v, a, b):
 
     S ← S·(diag(decay) + a bᵀ) + v kᵀ;  y = S r   (a = −κ̂, b = κ̂⊙α, k = k')
     """
-    sa = (state @ a[..., :, None])[..., 0]
-    state = state * np.exp(log_decay)[..., None, :] + sa[..., :, None] * b[..., None, :] + v[..., :, None] * k[..., None, :]
+    sa = state @ a[..., :, None]  # uses the old state
+    state = state * np.exp(log_decay)[..., None, :]
+    # both rank-1 updates as one [N, 2] @ [2, N] product
+    state += np.concatenate((sa, v[..., :, None]), axis=-1) @ np.stack((b, k), axis=-2)
     y = (state @ r[..., :, None])[..., 0]
     return y, state
 
@@ -135,34 +137,41 @@ def wkv7_sequence(state, r, log_decay, k, v, a, b):
     return y, state
 
 
+_MASKS: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+
+def _chunk_masks(T: int):
+    """(strictly lower [T, 2T], lower incl. diagonal [T, 2T], identity) for a chunk of T tokens."""
+    if T not in _MASKS:
+        strict = np.tril(np.ones((T, T), np.float32), -1)
+        lower = np.tril(np.ones((T, T), np.float32))
+        _MASKS[T] = (np.concatenate((strict, strict), 1), np.concatenate((lower, lower), 1), np.eye(T, dtype=np.float32))
+    return _MASKS[T]
+
+
 def _wkv7_chunk(state, r, log_decay, k, v, a, b):
     """The factorised chunk form of rwkv-spec §3.2 (γ_t = cumulative decay within the chunk).
 
     h_t = S_{t−1} a_t solve (I − tril(Ã B̄ᵀ, −1)) H = Ã S₀ᵀ + tril(Ã K̄ᵀ, −1) V
     Y   = R̃ S₀ᵀ + tril(R̃ B̄ᵀ) H + tril(R̃ K̄ᵀ) V
     S   = S₀ ⊙ γ_T + Hᵀ (B̄ ⊙ γ_T) + Vᵀ (K̄ ⊙ γ_T)
+    The B̄ and K̄ terms are computed side by side ([B̄ K̄] and [H; V]) to halve the products.
     v7's decay is ≥ e^−0.6065 per step, so 1/γ stays far inside fp32 for chunks ≤ 128.
     """
     T = r.shape[0]
+    strict, lower, eye = _chunk_masks(T)
     r, ld, k, v, a, b = (np.ascontiguousarray(x.transpose(1, 0, 2)) for x in (r, log_decay, k, v, a, b))
     cum = np.cumsum(ld, axis=1, dtype=np.float64)  # log γ_t (float64: see _wkv5_chunk)
-    inv_gamma = np.exp(-cum).astype(np.float32)
     a_t = a * np.exp(cum - ld).astype(np.float32)  # ã_t = a_t ⊙ γ_{t−1}
     r_t = r * np.exp(cum).astype(np.float32)  # r̃_t = r_t ⊙ γ_t
-    b_bar, k_bar = b * inv_gamma, k * inv_gamma
+    bk_bar_T = np.concatenate((b, k), axis=1) * np.exp(-np.concatenate((cum, cum), axis=1)).astype(np.float32)
+    bk_bar_T = bk_bar_T.transpose(0, 2, 1)  # [H, N, 2T] = [B̄ K̄]ᵀ
     s0_t = state.transpose(0, 2, 1)  # S₀ᵀ: [H, key, value]
-    mT = np.swapaxes
-    ab = np.tril(a_t @ mT(b_bar, 1, 2), -1)
-    ak = np.tril(a_t @ mT(k_bar, 1, 2), -1)
-    eye = np.eye(T, dtype=np.float32)
-    h = np.linalg.solve(eye - ab, a_t @ s0_t + ak @ v)
-    rb = np.tril(r_t @ mT(b_bar, 1, 2))
-    rk = np.tril(r_t @ mT(k_bar, 1, 2))
-    y = r_t @ s0_t + rb @ h + rk @ v
+    a_bk = (a_t @ bk_bar_T) * strict
+    h = np.linalg.solve(eye - a_bk[:, :, :T], a_t @ s0_t + a_bk[:, :, T:] @ v)
+    hv = np.concatenate((h, v), axis=1)  # [H; V]: [H, 2T, N]
+    y = r_t @ s0_t + ((r_t @ bk_bar_T) * lower) @ hv
     to_end = np.exp(cum[:, -1:, :] - cum).astype(np.float32)  # γ_T / γ_s, computed directly for precision
-    state = (
-        state * np.exp(cum[:, -1, :]).astype(np.float32)[:, None, :]
-        + mT(h, 1, 2) @ (b * to_end)
-        + mT(v, 1, 2) @ (k * to_end)
-    )
+    state = state * np.exp(cum[:, -1, :]).astype(np.float32)[:, None, :] + hv.transpose(0, 2, 1) @ (
+        np.concatenate((b, k), axis=1) * np.concatenate((to_end, to_end), axis=1))
     return y.transpose(1, 0, 2), state
