@@ -1,0 +1,170 @@
+"""The messages between the tiers, in one table (design.md "The three tiers").
+
+api/ ──(requests below)──► middleware.py ──(GenerateJob)──► run.py
+  ▲                                                            │
+  └────────────── events, through each request's `reply` ◄─────┘
+
+`reply` is a thread-safe callable that delivers one event to whoever waits for it
+(in the HTTP tier: `loop.call_soon_threadsafe(queue.put_nowait, event)`), so tokens
+stream straight back without polling.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, Literal
+
+import msgspec
+
+Reply = Callable[[Any], None]
+
+
+class Cancel:
+    """Set by the HTTP tier when the client goes away; the backend frees the slot within a step."""
+
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+
+# ------------------------------------------------------------------ requests to the middleware
+
+
+class LoraSpec(msgspec.Struct, frozen=True):
+    path: str
+    alpha: float = 1.0
+
+
+class StateSpec(msgspec.Struct, frozen=True):
+    """An initial state from a state-tuning file, addressable by id or name."""
+
+    path: str
+    id: str
+    name: str = ""
+    default: bool = False
+
+
+class ModelSpec(msgspec.Struct, frozen=True):
+    """Everything a model load needs (the `[model]`, `[[lora]]`, `[[state]]`, `[tokenizer]` config)."""
+
+    path: str
+    tokenizer: str | None = None  # None: the RWKV World vocabulary we ship
+    device: str = "auto"
+    max_batch: int = 8
+    token_chunk_size: int = 256
+    loras: tuple[LoraSpec, ...] = ()
+    states: tuple[StateSpec, ...] = ()
+    cache_bytes: int = 1 << 30  # prefix state cache budget
+    checkpoint_interval: int = 256  # tokens between cache checkpoints of a long prompt
+    name: str = ""  # the model id clients see; default: the file's stem
+
+
+class Load(msgspec.Struct, frozen=True):
+    spec: ModelSpec
+    reply: Reply
+
+
+class Unload(msgspec.Struct, frozen=True):
+    reply: Reply
+
+
+class GetInfo(msgspec.Struct, frozen=True):
+    reply: Reply
+
+
+class Generate(msgspec.Struct, frozen=True):
+    """A completion: text in, text pieces out (through `reply`)."""
+
+    prompt: str
+    reply: Reply
+    cancel: Cancel
+    options: Any  # sampler.SamplingOptions
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    n: int = 1
+    model_text: str = ""  # earlier assistant turns, which seed the repetition penalties
+    state: str | None = None  # initial state id or name; None: the model's default
+    stop_on_eos: bool = True
+
+
+# ------------------------------------------------------------------ events back to the waiting handler
+
+
+class ModelInfoEvent(msgspec.Struct, frozen=True):
+    """Reply to GetInfo, and to a successful Load."""
+
+    name: str
+    path: str
+    info: Any  # rwkv.info.ModelInfo
+    spec: ModelSpec
+    states: tuple[StateSpec, ...]
+    slots: int
+    running: int
+    waiting: int
+    cache_entries: int
+    cache_bytes: int
+
+
+class Loaded(msgspec.Struct, frozen=True):
+    info: ModelInfoEvent
+
+
+class Unloaded(msgspec.Struct, frozen=True):
+    pass
+
+
+class Failed(msgspec.Struct, frozen=True):
+    """A request could not be served. `kind` tells the HTTP tier which status to use."""
+
+    message: str
+    kind: Literal["no_model", "unloaded", "bad_request", "load_failed", "internal"] = "internal"
+    index: int = 0
+
+
+class Started(msgspec.Struct, frozen=True):
+    """Generation of choice `index` began: the prompt is in a slot (cache hit length included)."""
+
+    index: int
+    prompt_tokens: int
+    cached_tokens: int
+
+
+class TextPiece(msgspec.Struct, frozen=True):
+    index: int
+    text: str
+    tokens: tuple[int, ...]
+    logprobs: tuple[float, ...] = ()
+    top_logprobs: tuple[tuple[tuple[int, float], ...], ...] = ()
+
+
+class Finished(msgspec.Struct, frozen=True):
+    index: int
+    reason: Literal["stop", "length", "cancelled"]
+    prompt_tokens: int
+    completion_tokens: int
+
+
+# ------------------------------------------------------------------ middleware → backend
+
+
+class GenerateJob(msgspec.Struct, frozen=True):
+    """A tokenised Generate, with one sampler per choice, ready for a slot."""
+
+    tokens: tuple[int, ...]
+    samplers: tuple[Any, ...]  # sampler.RequestSampler, one per choice (n)
+    reply: Reply
+    cancel: Cancel
+    max_tokens: int
+    stop: tuple[str, ...] = ()
+    stop_on_eos: bool = True
+    partition: str = ""  # which initial state: prefix-cache entries are never shared across them
+    initial_state: Any = None  # rwkv.state.State, or None for the model's own

@@ -1,0 +1,178 @@
+"""The middleware thread: owns the model lifecycle and routes the HTTP tier's messages.
+
+Load builds the new model, tokenizer and backend in a worker thread while the old
+model keeps serving, then swaps them in; a failed load reports its error and changes
+nothing. Generate is tokenised here, given its samplers and initial state, and handed
+to the backend. With no model loaded every request fails at once with a clear error.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections import deque
+from pathlib import Path
+
+import msgspec
+
+from .messages import (
+    Failed, Generate, GenerateJob, GetInfo, Load, Loaded, ModelInfoEvent, ModelSpec, Unload, Unloaded,
+)
+from .run import Backend
+
+log = logging.getLogger(__name__)
+
+
+class LoadedModel:
+    """A model with everything that serves it."""
+
+    def __init__(self, spec: ModelSpec, model, tokenizer, states: dict, backend: Backend):
+        self.spec, self.model, self.tokenizer, self.states, self.backend = spec, model, tokenizer, states, backend
+        self.name = spec.name or Path(spec.path).stem
+
+    def describe(self) -> ModelInfoEvent:
+        cache = self.backend.cache
+        return ModelInfoEvent(
+            name=self.name, path=self.spec.path, info=self.model.info, spec=self.spec, states=self.spec.states,
+            slots=self.model.max_batch, running=self.backend.running, waiting=self.backend.queued,
+            cache_entries=len(cache), cache_bytes=cache.bytes,
+        )
+
+    def initial_state(self, wanted: str | None):
+        """(partition, State or None) for a request's `state` field: an id or a name."""
+        if wanted is None:
+            default = next((s for s in self.spec.states if s.default), None)
+            return ("", None) if default is None else (default.id, self.states[default.id])
+        for spec in self.spec.states:
+            if wanted in (spec.id, spec.name):
+                return spec.id, self.states[spec.id]
+        raise LookupError(f"unknown state '{wanted}'")
+
+
+def build(spec: ModelSpec) -> LoadedModel:
+    """Load model, tokenizer and initial states, and start a backend for them."""
+    from .rwkv import load_model, load_state
+    from .rwkv.tokenizer import default_tokenizer_path, load_tokenizer
+
+    model = load_model(spec.path, spec.device, max_batch=spec.max_batch,
+                       loras=[(lora.path, lora.alpha) for lora in spec.loras])
+    tokenizer = load_tokenizer(spec.tokenizer or default_tokenizer_path())
+    states = {s.id: load_state(s.path, model.info) for s in spec.states}
+    backend = Backend(model, tokenizer, token_chunk_size=spec.token_chunk_size, cache_bytes=spec.cache_bytes,
+                      checkpoint_interval=spec.checkpoint_interval)
+    return LoadedModel(spec, model, tokenizer, states, backend)
+
+
+class _Swap(msgspec.Struct, frozen=True):
+    loaded: object
+    load: Load
+
+
+class _LoadFailed(msgspec.Struct, frozen=True):
+    error: str
+    load: Load
+
+
+class Middleware:
+    def __init__(self, builder=build):
+        self.builder = builder
+        self.current: LoadedModel | None = None
+        self.inbox: queue.Queue = queue.Queue()
+        self._loads: deque[Load] = deque()
+        self._loading = False
+        self._thread = threading.Thread(target=self._loop, name="middleware", daemon=True)
+        self._thread.start()
+
+    def send(self, message) -> None:
+        """Thread-safe: queue a message (Load, Unload, GetInfo, Generate)."""
+        self.inbox.put(message)
+
+    def close(self) -> None:
+        self.inbox.put(None)
+        self._thread.join()
+
+    @property
+    def loading(self) -> bool:
+        return self._loading
+
+    def _loop(self) -> None:
+        while True:
+            message = self.inbox.get()
+            if message is None:
+                if self.current is not None:
+                    self.current.backend.stop("the server is shutting down")
+                return
+            try:
+                self._handle(message)
+            except Exception as exc:  # never let one message kill the thread
+                log.exception("middleware failed on %s", type(message).__name__)
+                reply = getattr(message, "reply", None) or getattr(getattr(message, "load", None), "reply", None)
+                if reply is not None:
+                    reply(Failed(f"internal error: {exc}", "internal"))
+
+    def _handle(self, message) -> None:
+        if isinstance(message, Generate):
+            self._generate(message)
+        elif isinstance(message, GetInfo):
+            message.reply(self.current.describe() if self.current else Failed("no model is loaded", "no_model"))
+        elif isinstance(message, Load):
+            self._loads.append(message)
+            self._next_load()
+        elif isinstance(message, _Swap):
+            old, self.current = self.current, message.loaded
+            if old is not None:
+                old.backend.stop("the model was replaced by a new one")
+            self._loading = False
+            message.load.reply(Loaded(self.current.describe()))
+            self._next_load()
+        elif isinstance(message, _LoadFailed):
+            self._loading = False
+            message.load.reply(Failed(message.error, "load_failed"))
+            self._next_load()
+        elif isinstance(message, Unload):
+            if self.current is not None:
+                self.current.backend.stop("the model was unloaded")
+                self.current = None
+            message.reply(Unloaded())
+        else:
+            raise TypeError(f"unknown message {type(message).__name__}")
+
+    def _next_load(self) -> None:
+        if self._loading or not self._loads:
+            return
+        load = self._loads.popleft()
+        self._loading = True
+
+        def work():
+            try:
+                loaded = self.builder(load.spec)
+            except Exception as exc:  # ModelFileError and friends: one line for the user
+                log.warning("loading %s failed: %s", load.spec.path, exc)
+                self.inbox.put(_LoadFailed(str(exc), load))
+            else:
+                self.inbox.put(_Swap(loaded, load))
+
+        threading.Thread(target=work, name="model-loader", daemon=True).start()
+
+    def _generate(self, request: Generate) -> None:
+        from .sampler import RequestSampler, SamplerError
+
+        current = self.current
+        if current is None:
+            request.reply(Failed("no model is loaded", "no_model"))
+            return
+        try:
+            partition, initial = current.initial_state(request.state)
+            tokens = current.tokenizer.encode(request.prompt) or [0]  # an empty prompt is end-of-text
+            model_tokens = current.tokenizer.encode(request.model_text) if request.model_text else []
+            first = RequestSampler(request.options, current.model.info.vocab, model_tokens)
+        except (LookupError, SamplerError, ValueError) as exc:
+            request.reply(Failed(str(exc), "bad_request"))
+            return
+        samplers = (first,) + tuple(first.clone(i) for i in range(1, request.n))
+        current.backend.submit(GenerateJob(
+            tokens=tuple(tokens), samplers=samplers, reply=request.reply, cancel=request.cancel,
+            max_tokens=request.max_tokens, stop=request.stop, stop_on_eos=request.stop_on_eos,
+            partition=partition, initial_state=initial,
+        ))

@@ -1,0 +1,159 @@
+"""The serving core through its message API: batching, FIFO, cancellation, the state cache, reloads."""
+
+from __future__ import annotations
+
+import pytest
+
+from ai00_like.messages import Cancel, Failed, GetInfo, Loaded, ModelInfoEvent, ModelSpec, TextPiece
+from ai00_like.middleware import Middleware
+from ai00_like.rwkv.formats.safetensors import write_safetensors
+from ai00_like.rwkv.synthetic import make_checkpoint
+from serving_helpers import Reply, generate, load
+
+PROMPTS = [f"User: question number {i} about {'cats' if i % 2 else 'dogs'}?\n\nAssistant:" for i in range(16)]
+
+
+def write_model(path, version="7", seed=3):
+    # World vocabulary size so prompts from the shipped tokenizer fit; narrow and shallow.
+    write_safetensors(make_checkpoint(version, n_layer=2, n_embd=64, head_size=32, vocab=65536, seed=seed), path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def model_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("models")
+    return write_model(d / "a.st", seed=3), write_model(d / "b.st", version="6", seed=4)
+
+
+@pytest.fixture
+def middleware():
+    mw = Middleware()
+    yield mw
+    mw.close()
+
+
+def spec(path, **kwargs):
+    kwargs.setdefault("max_batch", 4)
+    return ModelSpec(path=path, **kwargs)
+
+
+def test_requests_fail_at_once_without_a_model(middleware):
+    result = generate(middleware, "hello").wait()
+    assert isinstance(result.failed, Failed) and result.failed.kind == "no_model"
+
+
+def test_concurrent_requests_match_each_alone(middleware, model_files):
+    assert isinstance(load(middleware, spec(model_files[0], max_batch=4, cache_bytes=0)), Loaded)
+    alone = [generate(middleware, p, max_tokens=12).wait() for p in PROMPTS]
+    replies = [generate(middleware, p, max_tokens=12) for p in PROMPTS]
+    together = [r.wait() for r in replies]
+    for a, b in zip(alone, together):
+        assert a.failed is None and b.failed is None
+        assert b.tokens == a.tokens and b.text == a.text
+        assert b.finish == ["length"] and len(b.tokens[0]) == 12
+
+
+def test_admission_is_first_in_first_out(middleware, model_files):
+    load(middleware, spec(model_files[0], max_batch=1))
+    order: list[str] = []
+    replies = [generate(middleware, p, max_tokens=3, reply=Reply(order, str(i))) for i, p in enumerate(PROMPTS[:6])]
+    for r in replies:
+        assert r.wait().finish == ["length"]
+    assert order == [str(i) for i in range(6)]
+
+
+def test_cancel_frees_the_slot(middleware, model_files):
+    load(middleware, spec(model_files[0], max_batch=1))
+    cancel = Cancel()
+    long = generate(middleware, PROMPTS[0], max_tokens=100_000, cancel=cancel, stop=())
+    while not isinstance(long.next(), TextPiece):
+        pass
+    queued = generate(middleware, PROMPTS[1], max_tokens=4)  # waits: the only slot is busy
+    cancel.set()
+    assert long.wait().finish == ["cancelled"]
+    assert queued.wait().finish == ["length"]
+
+
+def test_cache_hit_reproduces_the_cold_result(middleware, model_files):
+    load(middleware, spec(model_files[0]))
+    cold = generate(middleware, PROMPTS[2], max_tokens=10).wait()
+    hot = generate(middleware, PROMPTS[2], max_tokens=10).wait()
+    assert cold.started[0].cached_tokens == 0
+    assert hot.started[0].cached_tokens == hot.started[0].prompt_tokens
+    assert hot.tokens == cold.tokens and hot.text == cold.text
+
+
+def test_multi_turn_chat_only_computes_the_new_turn(middleware, model_files):
+    load(middleware, spec(model_files[0]))
+    first = generate(middleware, PROMPTS[3], max_tokens=8).wait()
+    second_prompt = PROMPTS[3] + first.text[0] + "\n\nUser: and then?\n\nAssistant:"
+    second = generate(middleware, second_prompt, max_tokens=4).wait()
+    # Everything the model read in the first turn is cached (prompt + reply but its last token).
+    assert second.started[0].cached_tokens >= first.usage[0][0] + first.usage[0][1] - 1 - 2
+
+
+def test_identical_prompts_share_one_prefill_and_n_choices(middleware, model_files):
+    load(middleware, spec(model_files[0], max_batch=4))
+    result = generate(middleware, PROMPTS[4], max_tokens=6, n=3).wait(3)
+    assert result.finish == ["length"] * 3
+    cached = sorted(s.cached_tokens for s in result.started)
+    assert cached == [0, result.started[0].prompt_tokens, result.started[0].prompt_tokens]
+    assert result.tokens[0] == result.tokens[1] == result.tokens[2]  # greedy: all the same
+
+
+def test_stop_string_ends_the_reply_without_emitting_it(middleware, model_files):
+    load(middleware, spec(model_files[0]))
+    free = generate(middleware, PROMPTS[5], max_tokens=20).wait()
+    stop = free.text[0][len(free.text[0]) // 2 :][:3]
+    assert stop
+    stopped = generate(middleware, PROMPTS[5], max_tokens=20, stop=[stop]).wait()
+    assert stopped.finish == ["stop"]
+    assert stopped.text[0] == free.text[0][: free.text[0].index(stop)]
+
+
+def test_max_tokens_emits_the_last_tokens_text(middleware, model_files):
+    from ai00_like.rwkv.tokenizer import default_tokenizer_path, load_tokenizer
+
+    load(middleware, spec(model_files[0]))
+    result = generate(middleware, PROMPTS[6], max_tokens=7).wait()
+    assert result.finish == ["length"] and result.usage[0][1] == 7
+    assert result.text[0] == load_tokenizer(default_tokenizer_path()).decode(result.tokens[0])
+
+
+def test_long_prefill_does_not_stall_other_streams(middleware, model_files):
+    load(middleware, spec(model_files[0], max_batch=2, token_chunk_size=16))
+    timeline: list = []
+    long = generate(middleware, "word " * 600, max_tokens=1, reply=Reply(name="long", timeline=timeline))
+    short = generate(middleware, PROMPTS[7], max_tokens=8, reply=Reply(name="short", timeline=timeline))
+    assert short.wait().finish == ["length"] and long.wait().finish == ["length"]
+    # The 600-token prompt is prefilled 16 tokens a step; the short request, admitted beside
+    # it, produced its whole reply meanwhile.
+    kinds = [(name, type(event).__name__) for name, event in timeline]
+    assert kinds.index(("short", "Finished")) < kinds.index(("long", "TextPiece"))
+
+
+def test_reload_under_load_ends_running_requests_and_serves_new_ones(middleware, model_files):
+    load(middleware, spec(model_files[0], max_batch=2))
+    running = generate(middleware, PROMPTS[8], max_tokens=100_000)
+    while not isinstance(running.next(), TextPiece):
+        pass
+    loaded = load(middleware, spec(model_files[1], max_batch=2))
+    assert isinstance(loaded, Loaded) and loaded.info.info.version == "6"
+    result = running.wait()
+    assert result.failed is not None and result.failed.kind == "unloaded"
+    after = generate(middleware, PROMPTS[9], max_tokens=3).wait()
+    assert after.failed is None and after.finish == ["length"]
+
+
+def test_failed_load_keeps_the_old_model_serving(middleware, model_files, tmp_path):
+    load(middleware, spec(model_files[0]))
+    bad = tmp_path / "broken.st"
+    bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}")
+    failed = load(middleware, spec(str(bad)))
+    assert isinstance(failed, Failed) and failed.kind == "load_failed" and "broken.st" in failed.message
+    assert generate(middleware, PROMPTS[10], max_tokens=2).wait().finish == ["length"]
+    info = []
+    middleware.send(GetInfo(info.append))
+    reply = Reply()
+    middleware.send(GetInfo(reply))
+    assert isinstance(reply.next(), ModelInfoEvent)
