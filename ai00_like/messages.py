@@ -96,6 +96,13 @@ class Generate(msgspec.Struct, frozen=True):
     stop_on_eos: bool = True
 
 
+class Embed(msgspec.Struct, frozen=True):
+    """Embeddings of texts: the mean over tokens of the last layer's normalised output, L2-normalised."""
+
+    texts: tuple[str, ...]
+    reply: Reply
+
+
 # ------------------------------------------------------------------ events back to the waiting handler
 
 
@@ -146,6 +153,11 @@ class TextPiece(msgspec.Struct, frozen=True):
     top_logprobs: tuple[tuple[tuple[int, float], ...], ...] = ()
 
 
+class Embeddings(msgspec.Struct, frozen=True):
+    vectors: tuple[Any, ...]  # one float32 numpy vector [n_embd] per text
+    prompt_tokens: int
+
+
 class Finished(msgspec.Struct, frozen=True):
     index: int
     reason: Literal["stop", "length", "cancelled"]
@@ -168,3 +180,8 @@ class GenerateJob(msgspec.Struct, frozen=True):
     stop_on_eos: bool = True
     partition: str = ""  # which initial state: prefix-cache entries are never shared across them
     initial_state: Any = None  # rwkv.state.State, or None for the model's own
+
+
+class EmbedJob(msgspec.Struct, frozen=True):
+    token_lists: tuple[tuple[int, ...], ...]
+    reply: Reply

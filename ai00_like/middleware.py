@@ -17,7 +17,8 @@ from pathlib import Path
 import msgspec
 
 from .messages import (
-    Failed, Generate, GenerateJob, GetInfo, Load, Loaded, ModelInfoEvent, ModelSpec, Unload, Unloaded,
+    Embed, EmbedJob, Failed, Generate, GenerateJob, GetInfo, Load, Loaded, ModelInfoEvent, ModelSpec, Unload,
+    Unloaded,
 )
 from .run import Backend
 
@@ -114,6 +115,12 @@ class Middleware:
     def _handle(self, message) -> None:
         if isinstance(message, Generate):
             self._generate(message)
+        elif isinstance(message, Embed):
+            if self.current is None:
+                message.reply(Failed("no model is loaded", "no_model"))
+            else:
+                encode = self.current.tokenizer.encode
+                self.current.backend.submit(EmbedJob(tuple(tuple(encode(t) or [0]) for t in message.texts), message.reply))
         elif isinstance(message, GetInfo):
             message.reply(self.current.describe() if self.current else Failed("no model is loaded", "no_model"))
         elif isinstance(message, Load):

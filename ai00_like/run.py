@@ -16,7 +16,7 @@ from collections import deque
 
 import numpy as np
 
-from .messages import Failed, Finished, GenerateJob, Started, TextPiece
+from .messages import EmbedJob, Embeddings, Failed, Finished, GenerateJob, Started, TextPiece
 from .rwkv.batch import StepInput
 from .sampler import sample_batch
 from .state_cache import CacheEntry, StateCache
@@ -115,7 +115,10 @@ class Backend:
                         self._release(seq)
                         seq.send(Failed(f"internal error: {exc}", "internal", seq.index))
 
-    def _enqueue(self, job: GenerateJob) -> None:
+    def _enqueue(self, job) -> None:
+        if isinstance(job, EmbedJob):
+            self._embed(job)
+            return
         for index in range(len(job.samplers)):
             self.waiting.append(Sequence(job, index))
 
@@ -126,6 +129,19 @@ class Backend:
             for seq in [s for s in self.waiting if s.job.cancel.cancelled]:
                 self.waiting.remove(seq)
                 seq.send(Finished(seq.index, "cancelled", len(seq.prompt), 0))
+
+    def _embed(self, job: EmbedJob) -> None:
+        """Between steps: embeddings need no slot, they run on a state of their own."""
+        vectors = []
+        for tokens in job.token_lists:
+            total, state = None, None
+            for start in range(0, len(tokens), self.token_chunk_size):
+                hidden, state = self.model.forward_hidden(tokens[start : start + self.token_chunk_size], state)
+                chunk_sum = hidden.sum(axis=0, dtype=np.float64)
+                total = chunk_sum if total is None else total + chunk_sum
+            mean = total / len(tokens)
+            vectors.append((mean / max(np.linalg.norm(mean), 1e-12)).astype(np.float32))
+        job.reply(Embeddings(tuple(vectors), sum(len(t) for t in job.token_lists)))
 
     # ------------------------------------------------------------------ admission
 
@@ -222,7 +238,8 @@ class Backend:
                 self._finish(seq, "stop")
                 continue
             piece = seq.text.push(self.tokenizer.token_bytes(token))
-            self._emit(seq, piece.text, (token,), (float(result.logprobs[n]),), top)
+            logprob = (float(result.logprobs[n]),) if seq.sampler.options.wants_logprobs else ()
+            self._emit(seq, piece.text, (token,), logprob, top)
             if piece.stopped:
                 self._finish(seq, "stop")
             elif seq.generated >= seq.job.max_tokens:

@@ -157,3 +157,20 @@ def test_failed_load_keeps_the_old_model_serving(middleware, model_files, tmp_pa
     reply = Reply()
     middleware.send(GetInfo(reply))
     assert isinstance(reply.next(), ModelInfoEvent)
+
+
+def test_embeddings_are_normalised_and_tell_texts_apart(middleware, model_files):
+    import numpy as np
+
+    from ai00_like.messages import Embed, Embeddings
+
+    load(middleware, spec(model_files[0], token_chunk_size=8))
+    reply = Reply()
+    texts = ("the cat sat on the mat " * 4, "the cat sat on the mat " * 4, "quantum chromodynamics")
+    middleware.send(Embed(texts, reply))
+    result = reply.next()
+    assert isinstance(result, Embeddings) and len(result.vectors) == 3
+    a, b, c = result.vectors
+    assert np.allclose([np.linalg.norm(v) for v in result.vectors], 1.0, atol=1e-5)
+    np.testing.assert_allclose(a, b, atol=1e-6)  # chunking (8 tokens) does not change the result
+    assert float(a @ c) < 0.999

@@ -67,6 +67,15 @@ class CpuModel:
         (logits,) = self._step(pool, [StepInput(0, tokens, "all" if full_output else "last")])
         return logits, pool.read(0)
 
+    def forward_hidden(self, tokens: Sequence[int], state: State | None = None):
+        """The last layer's normalised output (ln_out, before the head) for every token, and the state."""
+        pool = StatePool(self.info, 1, state.copy() if state is not None else self.pool.initial)
+        ids = np.asarray(tokens, dtype=np.intp)
+        if not len(ids) or ids.min() < 0 or ids.max() >= self.info.vocab:
+            raise ValueError(f"token ids must be in [0, {self.info.vocab}) and at least one")
+        x = self._layers(ids, BatchPlan([(0, len(ids))]), pool)
+        return layer_norm(x, *self.ln_out), pool.read(0)
+
     def step(self, inputs: Sequence[StepInput]) -> list[np.ndarray | None]:
         """One batched forward over the pool's slots; per input its wanted logits or None."""
         return self._step(self.pool, inputs)
