@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="A local inference server for RWKV language models.")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
     add_convert(subparsers)
+    add_generate(subparsers)
     return parser
 
 
@@ -118,3 +119,70 @@ def cmd_convert(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+# --------------------------------------------------------------------------- generate
+
+
+def add_generate(subparsers) -> None:
+    p = subparsers.add_parser(
+        "generate",
+        help="load a model and continue a prompt on the command line",
+        description="Load an RWKV model (v4–v7, .pth or safetensors) and stream a continuation of PROMPT.",
+    )
+    p.add_argument("prompt", metavar="PROMPT", help="text to continue")
+    p.add_argument("--model", type=Path, required=True, help="model file")
+    p.add_argument("--tokenizer", type=Path, help="vocabulary file (default: the RWKV World vocabulary)")
+    p.add_argument("--max-tokens", type=int, default=100, help="tokens to generate at most (default: 100)")
+    p.add_argument("--temperature", type=float, default=1.0, help="0 picks the most likely token (default: 1)")
+    p.add_argument("--top-p", type=float, default=0.5, help="nucleus probability mass (default: 0.5)")
+    p.add_argument("--seed", type=int, help="makes the output reproducible")
+    p.add_argument("--stop", action="append", default=[], help="stop before this text (repeatable)")
+    p.set_defaults(handler=cmd_generate)
+
+
+def cmd_generate(args) -> int:
+    """Streams through the same middleware and backend threads as the server."""
+    import queue
+
+    from .messages import Cancel, Failed, Finished, Generate, Load, Loaded, ModelSpec, TextPiece
+    from .middleware import Middleware
+    from .sampler import SamplerError, options_from_openai
+
+    if args.max_tokens < 1:
+        print(f"{PROG}: error: --max-tokens must be at least 1", file=sys.stderr)
+        return EXIT_USER_ERROR
+    try:
+        options = options_from_openai(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
+    except SamplerError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    events: queue.Queue = queue.Queue()
+    middleware = Middleware()
+    try:
+        spec = ModelSpec(path=str(args.model), tokenizer=str(args.tokenizer) if args.tokenizer else None, max_batch=1)
+        middleware.send(Load(spec, events.put))
+        loaded = events.get()
+        if not isinstance(loaded, Loaded):
+            print(f"{PROG}: error: {loaded.message}", file=sys.stderr)
+            return EXIT_USER_ERROR
+        cancel = Cancel()
+        middleware.send(Generate(prompt=args.prompt, reply=events.put, cancel=cancel, options=options,
+                                 max_tokens=args.max_tokens, stop=tuple(args.stop)))
+        while True:
+            try:
+                event = events.get()
+            except KeyboardInterrupt:
+                cancel.set()
+                raise
+            if isinstance(event, TextPiece):
+                sys.stdout.write(event.text)
+                sys.stdout.flush()
+            elif isinstance(event, Finished):
+                sys.stdout.write("\n")
+                return 0
+            elif isinstance(event, Failed):
+                print(f"{PROG}: error: {event.message}", file=sys.stderr)
+                return EXIT_USER_ERROR
+    finally:
+        middleware.close()
