@@ -1,0 +1,34 @@
+"""The command line as a user runs it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from ai00_like.rwkv.formats.safetensors import write_safetensors
+from ai00_like.rwkv.synthetic import make_checkpoint
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "ai00_like", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_generate_streams_a_reproducible_continuation(tmp_path):
+    model = tmp_path / "tiny.st"
+    write_safetensors(make_checkpoint("7", n_layer=2, n_embd=64, head_size=32, vocab=65536, seed=5), model)
+    first = run("generate", "--model", str(model), "--max-tokens", "8", "--seed", "7", "Once upon a time")
+    second = run("generate", "--model", str(model), "--max-tokens", "8", "--seed", "7", "Once upon a time")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == second.stdout and first.stdout.strip()
+
+
+def test_generate_reports_a_missing_model_in_one_line(tmp_path):
+    result = run("generate", "--model", str(tmp_path / "missing.st"), "hello")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "missing.st" in lines[0] and "not found" in lines[0]
+
+
+def test_generate_rejects_bad_sampling_values(tmp_path):
+    result = run("generate", "--model", str(tmp_path / "x.st"), "--top-p", "2", "hello")
+    assert result.returncode == 2 and "top_p" in result.stderr
