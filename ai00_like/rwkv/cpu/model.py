@@ -14,7 +14,9 @@ from ..batch import BatchPlan, StepInput
 from ..info import ModelInfo
 from ..state import State, StatePool
 from .blocks import Context, make_blocks
-from .ops import layer_norm, linear, token_shift
+from .ops import SKINNY_ROWS, layer_norm, linear, token_shift
+
+HEAD_BLOCK = 2048  # rows of the head per product when decoding a batch
 
 
 class CpuModel:
@@ -126,4 +128,13 @@ class CpuModel:
         return x
 
     def _head(self, x: np.ndarray) -> np.ndarray:
-        return linear(layer_norm(x, *self.ln_out), self.head)
+        x = layer_norm(x, *self.ln_out)
+        if x.shape[0] == 1 or x.shape[0] > SKINNY_ROWS:
+            return linear(x, self.head)
+        # A few rows against the vocabulary-sized head: in blocks of rows that stay in cache
+        # with xᵀ, which OpenBLAS does ~20% faster than in one product.
+        xt = np.ascontiguousarray(x.T)
+        out = np.empty((self.head.shape[0], x.shape[0]), dtype=np.float32)
+        for start in range(0, self.head.shape[0], HEAD_BLOCK):
+            np.matmul(self.head[start : start + HEAD_BLOCK], xt, out=out[start : start + HEAD_BLOCK])
+        return np.ascontiguousarray(out.T)

@@ -35,14 +35,22 @@ def silu(x: np.ndarray) -> np.ndarray:
     return x * sigmoid(x)
 
 
+SKINNY_ROWS = 64
+
+
 def linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """x · Wᵀ for W stored [out, in] as in the checkpoints (no transposed copy is made).
 
-    One row goes through a matrix–vector product: BLAS gemv streams W once at memory
-    speed, where a 1-row gemm is markedly slower in OpenBLAS.
+    One row goes through a matrix–vector product, which streams W at memory speed. A few
+    rows (a decoding batch) go through W · xᵀ, the weights as the left operand, which
+    OpenBLAS runs about twice as fast as x · Wᵀ; a prefill chunk's many rows through
+    x · Wᵀ, which is faster there once the transposed copies are counted.
     """
-    if x.shape[0] == 1:
+    rows = x.shape[0]
+    if rows == 1:
         return (weight @ x[0])[None, :]
+    if rows <= SKINNY_ROWS:
+        return np.ascontiguousarray((weight @ x.T).T)
     return x @ weight.T
 
 

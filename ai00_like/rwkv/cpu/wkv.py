@@ -26,11 +26,13 @@ def run_segments(plan, states: np.ndarray, step, sequence, *per_token: np.ndarra
     out = None
     if len(plan.single_rows):
         rows, slots = plan.single_rows, plan.single_slots
-        # Decoding slots that sit side by side in the pool (the common case) are read and
-        # written through a view instead of a gathered copy.
+        # Decoding slots that sit side by side in the pool (the common case) are updated in
+        # place through a view; others are gathered, updated and scattered back.
         where = plan.single_slot_range if plan.single_slot_range is not None else slots
-        y, new = step(states[where], *(a[rows] for a in per_token))
-        states[where] = new
+        current = states[where]
+        y, new = step(current, *(a[rows] for a in per_token))
+        if new is not current or plan.single_slot_range is None:
+            states[where] = new
         out = np.empty((plan.n_rows,) + y.shape[1:], dtype=np.float32)
         out[rows] = y
     for slot, start, stop in plan.long_segments:
@@ -69,12 +71,13 @@ def wkv4_sequence(state, k, v, w, u):
 
 
 def wkv5_step(state, r, k, v, log_decay, u):
-    """r, k, v, log_decay: [b, H, N]; u [H, N]; state [b, H, N(key), N(value)].
+    """r, k, v, log_decay: [b, H, N]; u [H, N]; state [b, H, N(key), N(value)], updated in place.
 
     y[j] = Σ_i r[i]·(u[i]·k[i]·v[j] + S[i, j]);  S[i, j] ← decay[i]·S[i, j] + k[i]·v[j]
     """
     y = (r[..., None, :] @ state)[..., 0, :] + np.sum(r * u * k, axis=-1, keepdims=True) * v
-    state = np.exp(log_decay)[..., :, None] * state + k[..., :, None] * v[..., None, :]
+    state *= np.exp(log_decay)[..., :, None]  # in place: the caller's state is updated
+    state += k[..., :, None] * v[..., None, :]
     return y, state
 
 
@@ -116,12 +119,12 @@ def _wkv5_chunk(state, r, k, v, log_decay, u):
 
 
 def wkv7_step(state, r, log_decay, k, v, a, b):
-    """All vectors [b, H, N]; state [b, H, N(value), N(key)].
+    """All vectors [b, H, N]; state [b, H, N(value), N(key)], updated in place.
 
     S ← S·(diag(decay) + a bᵀ) + v kᵀ;  y = S r   (a = −κ̂, b = κ̂⊙α, k = k')
     """
     sa = state @ a[..., :, None]  # uses the old state
-    state = state * np.exp(log_decay)[..., None, :]
+    state *= np.exp(log_decay)[..., None, :]  # in place: the caller's state is updated
     # both rank-1 updates as one [N, 2] @ [2, N] product
     state += np.concatenate((sa, v[..., :, None]), axis=-1) @ np.stack((b, k), axis=-2)
     y = (state @ r[..., :, None])[..., 0]
