@@ -33,6 +33,11 @@ import numpy as np
 path, prompt_len, steps, batches = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
 prompt = np.random.default_rng(0).integers(1, 65530, prompt_len).tolist()
 def peak_mb():
+    # VmHWM is this process image's own high-water mark; ru_maxrss would also count the
+    # parent's memory inherited at fork, before exec.
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 def best_of(n, fn):
     times = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ops import group_norm, linear, sigmoid, silu
+from .ops import as_float32, group_norm, linear, sigmoid, silu
 from .wkv import run_segments, wkv4_sequence, wkv4_step, wkv5_sequence, wkv5_step, wkv7_sequence, wkv7_step
 
 V7_DECAY_SCALE = 0.606531  # e^-1/2, as the reference writes it
@@ -22,7 +22,7 @@ class LayerWeights:
         self.tensors, self.prefix = tensors, f"blocks.{layer}."
 
     def matrix(self, name: str) -> np.ndarray:
-        return np.ascontiguousarray(self.tensors[self.prefix + name], dtype=np.float32)
+        return as_float32(self.tensors[self.prefix + name])
 
     def vector(self, name: str) -> np.ndarray:
         return self.matrix(name).reshape(-1)

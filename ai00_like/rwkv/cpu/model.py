@@ -14,7 +14,7 @@ from ..batch import BatchPlan, StepInput
 from ..info import ModelInfo
 from ..state import State, StatePool
 from .blocks import Context, make_blocks
-from .ops import SKINNY_ROWS, layer_norm, linear, token_shift
+from .ops import SKINNY_ROWS, as_float32, layer_norm, linear, token_shift
 
 HEAD_BLOCK = 2048  # rows of the head per product when decoding a batch
 
@@ -37,7 +37,7 @@ class CpuModel:
         ]
         self.blocks = [make_blocks(tensors, info, i) for i in range(info.n_layer)]
         self.ln_out = (vec("ln_out.weight"), vec("ln_out.bias"))
-        self.head = np.ascontiguousarray(tensors["head.weight"], dtype=np.float32)
+        self.head = as_float32(tensors["head.weight"])
         self.pool = StatePool(info, max_batch, initial_state)
 
     # ------------------------------------------------------------------ state API

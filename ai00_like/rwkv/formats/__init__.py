@@ -48,7 +48,27 @@ def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
         bits = bits["bf16"]
     wide = bits.astype(np.uint32)
     wide <<= 16
+    release_pages(bits)
     return wide.view(np.float32)
+
+
+def release_pages(arr: np.ndarray) -> None:
+    """Drop a mapped array's pages from this process's memory once it has been converted.
+
+    A converted copy replaces the mapped original, whose pages would otherwise stay
+    resident beside it (two copies of the weights). The file stays in the page cache, and
+    the mapping stays valid: touching the array again reads it back in.
+    """
+    base = arr
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if not isinstance(base, mmap.mmap) or not hasattr(base, "madvise") or arr.nbytes < mmap.PAGESIZE:
+        return
+    start = arr.__array_interface__["data"][0] - np.frombuffer(base, np.uint8).__array_interface__["data"][0]
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE  # only pages wholly inside the array
+    stop = (start + arr.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+    if stop > first:
+        base.madvise(mmap.MADV_DONTNEED, first, stop - first)
 
 
 def f32_to_bf16(values: np.ndarray) -> np.ndarray:
@@ -128,6 +148,7 @@ __all__ = [
     "f32_to_bf16",
     "is_bf16",
     "map_file",
+    "release_pages",
     "shapes_of",
     "view_of",
 ]
