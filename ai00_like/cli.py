@@ -22,9 +22,6 @@ EXIT_USER_ERROR = 2
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not getattr(args, "handler", None):
-        parser.print_help(sys.stderr)
-        return EXIT_USER_ERROR
     try:
         return args.handler(args)
     except ModelFileError as e:
@@ -38,9 +35,55 @@ def main(argv: Sequence[str] | None = None) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="A local inference server for RWKV language models.")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
+    add_serve(subparsers)
     add_convert(subparsers)
     add_generate(subparsers)
+    # No command: serve, so that `ai00-like --port 8000` works as Ai00's binary does.
+    add_serve_arguments(parser)
+    parser.set_defaults(handler=cmd_serve)
     return parser
+
+
+# --------------------------------------------------------------------------- serve
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-c", "--config", type=Path, default=None,
+                   help="config file (default: ./config.toml, or built-in defaults when there is none)")
+    p.add_argument("-i", "--ip", default=None, help="address to listen on (default: [listen] ip, 127.0.0.1)")
+    p.add_argument("-p", "--port", type=int, default=None, help="port to listen on (default: [listen] port, 65530)")
+
+
+def add_serve(subparsers) -> None:
+    p = subparsers.add_parser(
+        "serve",
+        help="run the server (the default command)",
+        description=(
+            "Run the OpenAI-compatible server. It listens at once and loads the model of "
+            "[model] in the background; inference routes answer 503 until it is loaded."
+        ),
+    )
+    add_serve_arguments(p)
+    p.set_defaults(handler=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import logging
+
+    from .api.app import ApiStartError, serve_forever
+    from .config import ConfigError, load_config
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.port is not None and not 0 <= args.port <= 65535:
+        print(f"{PROG}: error: --port: must be in 0..65535, got {args.port}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    try:
+        config = load_config(args.config)
+        serve_forever(config, ip=args.ip, port=args.port)
+    except (ConfigError, ApiStartError) as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    return 0
 
 
 # --------------------------------------------------------------------------- convert

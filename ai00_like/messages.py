@@ -119,6 +119,7 @@ class ModelInfoEvent(msgspec.Struct, frozen=True):
     waiting: int
     cache_entries: int
     cache_bytes: int
+    tokenizer: Any = None  # the model's tokenizer (read-only use: token bytes for logprobs, counts)
 
 
 class Loaded(msgspec.Struct, frozen=True):

@@ -1,0 +1,229 @@
+"""The aiohttp application: the route table in one place, the middlewares, start and stop.
+
+Handlers are thin: `handler(request, serving)` decodes its body into a wire struct,
+sends one message to the middleware and turns the events it gets back into a response
+(a wire struct, encoded here) or an SSE stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import shutil
+import signal
+import tempfile
+import zipfile
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+from aiohttp import web
+
+from ..config import Config
+from ..middleware import Middleware
+from .errors import ApiError, error_middleware
+from .oai import chat, completion, embedding, models
+from .serving import Serving
+
+log = logging.getLogger(__name__)
+
+SERVING = web.AppKey("serving", Serving)
+
+Handler = Callable[[web.Request, Serving], Awaitable[object]]
+
+# Every OpenAI route answers under each prefix: /v1 for OpenAI clients, /api/oai/v1 and
+# /api/oai for clients configured for Ai00.
+OPENAI_PREFIXES = ("/v1", "/api/oai/v1", "/api/oai")
+OPENAI_ROUTES: list[tuple[str, str, Handler]] = [
+    ("GET", "/models", models.list_models),
+    ("GET", "/models/{model}", models.retrieve_model),
+    ("POST", "/chat/completions", chat.chat_completions),
+    ("POST", "/completions", completion.completions),
+    ("POST", "/embeddings", embedding.embeddings),
+]
+
+_json_encode = msgspec.json.Encoder().encode
+
+
+def endpoint(handler: Handler):
+    async def handle(request: web.Request) -> web.StreamResponse:
+        result = await handler(request, request.app[SERVING])
+        if isinstance(result, web.StreamResponse):
+            return result
+        return web.Response(body=_json_encode(result), content_type="application/json")
+
+    handle.__name__ = handler.__name__
+    return handle
+
+
+def add_routes(app: web.Application) -> None:
+    for prefix in OPENAI_PREFIXES:
+        for method, path, handler in OPENAI_ROUTES:
+            app.router.add_route(method, prefix + path, endpoint(handler))
+
+
+# ------------------------------------------------------------------------------ middlewares
+
+
+def _protected(path: str) -> bool:
+    return path.startswith(OPENAI_PREFIXES)
+
+
+@web.middleware
+async def api_key_middleware(request: web.Request, handler):
+    keys = request.app[SERVING].config.listen.api_keys
+    if keys and request.method != "OPTIONS" and _protected(request.path):
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        given = given.strip()
+        if scheme.lower() != "bearer" or not any(hmac.compare_digest(given, k) for k in keys):
+            raise ApiError(401, "Missing or invalid API key: send 'Authorization: Bearer <key>' with a key from "
+                           "[listen] api_keys", code="invalid_api_key")
+    return await handler(request)
+
+
+@web.middleware
+async def cors_preflight_middleware(request: web.Request, handler):
+    # Browsers (Open WebUI "direct connections", web pages) ask before cross-origin POSTs.
+    if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
+        return web.Response(status=204, headers={
+            "Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
+            "Access-Control-Allow-Headers": request.headers.get("Access-Control-Request-Headers", "*"),
+            "Access-Control-Max-Age": "86400",
+        })
+    return await handler(request)
+
+
+async def _allow_any_origin(request: web.Request, response: web.StreamResponse) -> None:
+    # Ai00 allows any origin too; the API keys, not the browser's origin, guard the API.
+    response.headers.setdefault("Access-Control-Allow-Origin", "*")
+
+
+# ------------------------------------------------------------------------------ the web page
+
+
+def _web_root(config: Config, workdir: list[Path]) -> Path | None:
+    """The folder to serve at /: `[web] path` itself, or a zip unpacked to a temporary folder."""
+    if config.web is None:
+        return None
+    path = config.resolve(config.web.path)
+    if path.is_dir():
+        return path
+    if path.is_file() and zipfile.is_zipfile(path):
+        target = Path(tempfile.mkdtemp(prefix="ai00-like-web-"))
+        workdir.append(target)
+        with zipfile.ZipFile(path) as archive:
+            archive.extractall(target)  # zipfile drops ".." and absolute member paths
+        return target
+    log.warning("[web] path %s is neither a folder nor a zip file: no web page is served", path)
+    return None
+
+
+def add_web_page(app: web.Application, root: Path) -> None:
+    root = root.resolve()
+
+    async def page(request: web.Request) -> web.StreamResponse:
+        wanted = (root / request.match_info["tail"]).resolve()
+        if not wanted.is_relative_to(root):
+            raise web.HTTPNotFound()
+        if wanted.is_dir():
+            wanted = wanted / "index.html"
+        if not wanted.is_file():
+            raise web.HTTPNotFound()
+        return web.FileResponse(wanted)
+
+    app.router.add_get("/{tail:.*}", page)
+
+
+# ------------------------------------------------------------------------------ the application
+
+
+def make_app(config: Config, middleware: Middleware) -> web.Application:
+    app = web.Application(
+        middlewares=[error_middleware, cors_preflight_middleware, api_key_middleware],
+        client_max_size=config.listen.max_body_bytes,
+    )
+    app[SERVING] = Serving(config, middleware)
+    add_routes(app)
+    app.on_response_prepare.append(_allow_any_origin)
+    workdirs: list[Path] = []
+    root = _web_root(config, workdirs)
+    if root is not None:
+        add_web_page(app, root)
+
+    async def cleanup(_app) -> None:
+        for d in workdirs:
+            shutil.rmtree(d, ignore_errors=True)
+
+    app.on_cleanup.append(cleanup)
+    return app
+
+
+@dataclass
+class RunningServer:
+    runner: web.AppRunner
+    serving: Serving
+    host: str
+    port: int
+    load_task: asyncio.Task | None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def stop(self) -> None:
+        if self.load_task is not None and not self.load_task.done():
+            self.load_task.cancel()
+        await self.runner.cleanup()
+
+
+async def start_server(config: Config, middleware: Middleware, *, ip: str | None = None,
+                       port: int | None = None) -> RunningServer:
+    """Listen at once, then load the configured model in the background."""
+    app = make_app(config, middleware)
+    # handler_cancellation: a client that disconnects cancels its handler, which cancels
+    # its generation (the handlers set Cancel in their `finally`).
+    runner = web.AppRunner(app, handler_cancellation=True, access_log_format='%a "%r" %s %b %Tfs')
+    await runner.setup()
+    host = ip if ip is not None else config.listen.ip
+    site = web.TCPSite(runner, host, config.listen.port if port is None else port)
+    await site.start()
+    bound = site._server.sockets[0].getsockname()[1] if site._server and site._server.sockets else port
+    serving = app[SERVING]
+    log.info("listening on http://%s:%s (OpenAI base URL: http://%s:%s/v1)", host, bound, host, bound)
+    load_task = serving.start_configured_load()
+    return RunningServer(runner, serving, host, bound, load_task)
+
+
+def serve_forever(config: Config, *, ip: str | None = None, port: int | None = None) -> None:
+    """The `ai00-like` command: run until SIGINT/SIGTERM."""
+
+    async def main() -> None:
+        middleware = Middleware()
+        try:
+            server = await start_server(config, middleware, ip=ip, port=port)
+        except OSError as e:
+            middleware.close()
+            raise ApiStartError(f"cannot listen on {ip or config.listen.ip}:{port or config.listen.port}: "
+                                f"{e.strerror or e}") from None
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+            except (NotImplementedError, RuntimeError):
+                pass
+        try:
+            await stop.wait()
+        finally:
+            log.info("shutting down")
+            await server.stop()
+            await asyncio.to_thread(middleware.close)
+
+    asyncio.run(main())
+
+
+class ApiStartError(RuntimeError):
+    """The server could not start (e.g. the port is taken); one line for the user."""

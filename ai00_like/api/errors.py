@@ -1,0 +1,117 @@
+"""Errors in OpenAI's envelope: ``{"error": {"message", "type", "param", "code"}}``.
+
+Every error a client can meet, including aiohttp's own (unknown route, wrong method, body
+too large) and bugs of ours, leaves the server in this shape with a real status code:
+4xx for the client's mistakes, 5xx only for ours, because the openai SDK retries 5xx.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import msgspec
+from aiohttp import web
+
+from ..messages import Failed
+
+log = logging.getLogger(__name__)
+
+
+class ErrorBody(msgspec.Struct):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorEnvelope(msgspec.Struct):
+    error: ErrorBody
+
+
+class ApiError(Exception):
+    """Raised anywhere in a handler; the error middleware turns it into the envelope."""
+
+    def __init__(self, status: int, message: str, *, type: str | None = None, param: str | None = None,
+                 code: str | None = None, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+        self.type = type or _default_type(status)
+        self.headers = headers or {}
+
+    def envelope(self) -> ErrorEnvelope:
+        return ErrorEnvelope(ErrorBody(self.message, self.type, self.param, self.code))
+
+    def response(self) -> web.Response:
+        return web.Response(status=self.status, body=msgspec.json.encode(self.envelope()),
+                            content_type="application/json", headers=self.headers)
+
+
+def _default_type(status: int) -> str:
+    if status == 401:
+        return "authentication_error"
+    if status == 404:
+        return "not_found_error"
+    if status == 429:
+        return "rate_limit_error"
+    if status == 503:
+        return "unavailable_error"
+    if status >= 500:
+        return "server_error"
+    return "invalid_request_error"
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = "invalid_value") -> ApiError:
+    return ApiError(400, message, param=param, code=code)
+
+
+def model_not_found(requested: str, served: str) -> ApiError:
+    return ApiError(404, f"The model `{requested}` does not exist; this server serves `{served}`.",
+                    type="invalid_request_error", param="model", code="model_not_found")
+
+
+_AT = re.compile(r" - at `\$\.?(.*)`$")
+
+
+def from_validation(error: msgspec.ValidationError) -> ApiError:
+    """msgspec's "Expected `int` >= 1 - at `$.n`" → 400 naming `n` in both message and param."""
+    text = str(error)
+    match = _AT.search(text)
+    param = match.group(1) if match else None
+    problem = _AT.sub("", text)
+    message = f"Invalid value for '{param}': {problem}" if param else f"Invalid request body: {problem}"
+    return bad_request(message, param)
+
+
+def from_failed(failed: Failed) -> ApiError:
+    """A backend failure as the status the client should see."""
+    if failed.kind in ("no_model", "unloaded"):
+        return ApiError(503, failed.message, code="model_not_loaded", headers={"Retry-After": "1"})
+    if failed.kind == "bad_request":
+        return bad_request(failed.message, None)
+    return ApiError(500, failed.message, code=None)
+
+
+# aiohttp's own HTTP errors (no route, wrong method, body too large) in our envelope.
+_HTTP_CODES = {404: "unknown_url", 405: "method_not_allowed", 413: "request_too_large"}
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler):
+    try:
+        return await handler(request)
+    except ApiError as e:
+        return e.response()
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        message = e.text if e.text and not e.text.startswith(f"{e.status}:") else e.reason
+        if e.status == 404:
+            message = f"Unknown request URL: {request.method} {request.path}"
+        headers = {k: v for k, v in e.headers.items() if k.lower() == "allow"}
+        return ApiError(e.status, message, code=_HTTP_CODES.get(e.status), headers=headers).response()
+    except (ConnectionResetError, ConnectionAbortedError):
+        raise
+    except Exception:
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        return ApiError(500, "internal server error (see the server log)").response()

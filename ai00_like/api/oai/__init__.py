@@ -1,0 +1,1 @@
+"""OpenAI-compatible routes: models, chat/completions, completions, embeddings."""

@@ -1,0 +1,267 @@
+"""What chat and completions share: request fields → a Generate, events → choices or a stream.
+
+A request becomes one `Generate` per prompt (completions may send several), each with
+`n` choices; choice `i` of prompt `p` is choice `p * n + i` of the response, as OpenAI
+numbers them. The handler either collects every choice (`collect`) or streams SSE
+(`stream`); both cancel the generation when the client goes away (aiohttp cancels the
+handler on disconnect, a write to a closed stream fails) so the slot is freed at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import msgspec
+from aiohttp import web
+
+from ...messages import Cancel, Failed, Finished, Generate, ModelInfoEvent, Started, TextPiece
+from ...sampler import SamplerError, SamplingOptions, options_from_openai
+from ..channel import EventChannel
+from ..errors import ApiError, bad_request, from_failed
+from ..serving import Serving
+from ..sse import EventStream
+from .types import (
+    ChoiceLogprobs, PromptTokensDetails, SamplingFields, StateRef, TokenLogprob, TopLogprob, Usage,
+)
+
+NIL_STATE = "00000000-0000-0000-0000-000000000000"  # Ai00's "no state": the default one
+
+
+# ---------------------------------------------------------------------------------- request side
+
+
+def sampling_options(req: SamplingFields, *, logprobs: bool | int | None, top_logprobs: int | None) -> SamplingOptions:
+    try:
+        return options_from_openai(
+            sampler=req.sampler_override or req.sampler,
+            temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
+            presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
+            penalty_decay=req.penalty_decay, logit_bias=req.logit_bias or req.bias, seed=req.seed,
+            logprobs=logprobs, top_logprobs=top_logprobs,
+        )
+    except SamplerError as e:
+        raise bad_request(str(e), e.field) from None
+
+
+def stop_strings(req: SamplingFields, default: tuple[str, ...]) -> tuple[str, ...]:
+    """`stop` as a tuple; absent → `default`, explicit null → none (as Ai00). Any count is fine."""
+    if req.stop is msgspec.UNSET:
+        return default
+    if req.stop is None:
+        return ()
+    stops = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop)
+    return tuple(s for s in stops if s)  # an empty stop string would end every reply at once
+
+
+def max_tokens(value: int | None, default: int, limit: int, *, field: str, minimum: int) -> int:
+    if value is None:
+        return min(default, limit)
+    if value < minimum:
+        raise bad_request(f"'{field}' must be >= {minimum}, got {value}", field)
+    if value > limit:
+        raise bad_request(f"'{field}' is too large: {value}; this server allows at most {limit} "
+                          "(config [model] max_tokens_limit)", field)
+    return value
+
+
+def initial_state(req: SamplingFields, model: ModelInfoEvent) -> str | None:
+    """Ai00's `state`: a configured state's id or name (a string, or an object with id/name)."""
+    ref = req.state
+    if isinstance(ref, StateRef):
+        if ref.data is not None or ref.path is not None:
+            raise bad_request("Inline state data and state file paths are not accepted; name a state "
+                              "configured in [[state]] by its id or name", "state")
+        ref = ref.id or ref.name
+    if not ref or ref == NIL_STATE:
+        return None
+    if not any(ref in (s.id, s.name) for s in model.states):
+        known = ", ".join(s.name or s.id for s in model.states) or "none are configured"
+        raise bad_request(f"Unknown state '{ref}' (states: {known})", "state", code="state_not_found")
+    return ref
+
+
+# ---------------------------------------------------------------------------------- the run
+
+
+@dataclass
+class ChoiceResult:
+    text: list[str] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    top: list[tuple[tuple[int, float], ...]] = field(default_factory=list)
+    finish: str | None = None
+    completion_tokens: int = 0
+
+
+class GenerationRun:
+    """One request's generations in flight: prompts × n choices, events from one channel."""
+
+    def __init__(self, serving: Serving, model: ModelInfoEvent, prompts: list[str], *, n: int,
+                 options: SamplingOptions, max_tokens: int, stop: tuple[str, ...], model_text: str = "",
+                 state: str | None = None):
+        self.model, self.n, self.prompts = model, n, prompts
+        self.channel = EventChannel()
+        self.cancel = Cancel()
+        self.choices = [ChoiceResult() for _ in range(len(prompts) * n)]
+        self.prompt_tokens = [0] * len(prompts)
+        self.cached_tokens = [0] * len(prompts)
+        self.open = len(self.choices)
+        for p, prompt in enumerate(prompts):
+            serving.middleware.send(Generate(
+                prompt=prompt, reply=self.channel.reply(p), cancel=self.cancel, options=options,
+                max_tokens=max_tokens, stop=stop, n=n, model_text=model_text, state=state,
+            ))
+
+    @property
+    def done(self) -> bool:
+        return self.open == 0
+
+    async def next(self, timeout: float | None = None):
+        """(choice index, event) with the index numbered across prompts; None on timeout.
+
+        Raises ApiError on a failure; after that, nothing more is generated.
+        """
+        item = await self.channel.get(timeout)
+        if item is None:
+            return None
+        prompt, event = item
+        index = prompt * self.n + getattr(event, "index", 0)
+        if isinstance(event, Failed):
+            self.close()
+            raise from_failed(event)
+        choice = self.choices[index]
+        if isinstance(event, Started):
+            if event.index == 0:
+                self.prompt_tokens[prompt] = event.prompt_tokens
+                self.cached_tokens[prompt] = event.cached_tokens
+        elif isinstance(event, TextPiece):
+            choice.text.append(event.text)
+            choice.tokens.extend(event.tokens)
+            choice.logprobs.extend(event.logprobs)
+            choice.top.extend(event.top_logprobs)
+        elif isinstance(event, Finished):
+            if choice.finish is None:
+                self.open -= 1
+            # "cancelled" only happens once we cancelled, i.e. nobody reads it any more.
+            choice.finish = "stop" if event.reason == "cancelled" else event.reason
+            choice.completion_tokens = event.completion_tokens
+            self.prompt_tokens[prompt] = event.prompt_tokens
+        return index, event
+
+    def close(self) -> None:
+        """Stop whatever still runs (client gone, or an error ended the request)."""
+        if not self.done:
+            self.cancel.set()
+
+    def usage(self) -> Usage:
+        prompt = sum(self.prompt_tokens)
+        completion = sum(c.completion_tokens for c in self.choices)
+        return Usage(prompt, completion, prompt + completion, PromptTokensDetails(sum(self.cached_tokens)))
+
+    async def collect(self) -> list[ChoiceResult]:
+        try:
+            while not self.done:
+                await self.next()
+        finally:
+            self.close()
+        return self.choices
+
+
+# ---------------------------------------------------------------------------------- response side
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+def fingerprint(model: ModelInfoEvent) -> str:
+    """Changes when the weights or the engine settings behind the same model id change."""
+    spec = model.spec
+    key = f"{spec.path}|{spec.loras}|{spec.states}|{model.info}"
+    return "fp_" + hashlib.sha1(key.encode()).hexdigest()[:10]
+
+
+def token_text(tokenizer, token: int) -> tuple[str, list[int]]:
+    """A token as OpenAI shows it: text (undecodable bytes escaped) and its raw bytes."""
+    raw = tokenizer.token_bytes(token) if tokenizer is not None else b""
+    return raw.decode("utf-8", errors="backslashreplace"), list(raw)
+
+
+def chat_logprobs(tokenizer, tokens: list[int], logprobs: list[float],
+                  top: list[tuple[tuple[int, float], ...]]) -> ChoiceLogprobs:
+    content = []
+    for k, token in enumerate(tokens):
+        text, raw = token_text(tokenizer, token)
+        alternatives = []
+        for alt, alt_lp in (top[k] if k < len(top) else ()):
+            alt_text, alt_raw = token_text(tokenizer, alt)
+            alternatives.append(TopLogprob(alt_text, float(alt_lp), alt_raw))
+        content.append(TokenLogprob(text, float(logprobs[k]) if k < len(logprobs) else 0.0, raw, alternatives))
+    return ChoiceLogprobs(content=content, refusal=None)
+
+
+# ---------------------------------------------------------------------------------- streaming
+
+
+class StreamFormat:
+    """How one route renders its stream; chat and completions each provide one."""
+
+    def opening(self) -> list[msgspec.Struct]:
+        return []
+
+    def piece(self, index: int, event: TextPiece) -> msgspec.Struct | None:
+        raise NotImplementedError
+
+    def finish(self, index: int, reason: str) -> msgspec.Struct:
+        raise NotImplementedError
+
+    def usage(self, usage: Usage) -> msgspec.Struct:
+        raise NotImplementedError
+
+
+async def stream(request: web.Request, run: GenerationRun, fmt: StreamFormat, *, include_usage: bool,
+                 ping_interval: float) -> web.StreamResponse:
+    """Send the run as SSE. Errors before the first byte are plain HTTP errors; after, an error event."""
+    out: EventStream | None = None
+    try:
+        # Requests the middleware refuses (no model, bad state) fail within milliseconds:
+        # wait that long for a first event so they get a real status code.
+        first = await run.next(timeout=min(ping_interval, 0.25))
+        out = EventStream(request)
+        await out.start()
+        for chunk in fmt.opening():
+            await out.send(chunk)
+        item = first
+        while True:
+            if item is None:
+                await out.ping()  # silence: keep proxies and browsers from dropping the stream
+            else:
+                index, event = item
+                if isinstance(event, TextPiece):
+                    chunk = fmt.piece(index, event)
+                    if chunk is not None:
+                        await out.send(chunk)
+                elif isinstance(event, Finished):
+                    await out.send(fmt.finish(index, run.choices[index].finish))
+            if run.done:
+                break
+            item = await run.next(timeout=ping_interval)
+        if include_usage:
+            await out.send(fmt.usage(run.usage()))
+        await out.done()
+        return out.response
+    except ApiError as e:
+        if out is None:
+            raise
+        await out.error(e.envelope())
+        return out.response
+    finally:
+        run.close()
+

@@ -1,0 +1,249 @@
+"""Wire structs of the OpenAI-compatible routes, requests and responses, in one place.
+
+Requests are lenient: unknown fields are ignored (real clients send dozens we do not
+use), and fields that only some clients send are optional. Types are still checked, so a
+wrong type or range is a 400 that names the field (msgspec reports the JSON path).
+Ai00's own request fields (`names`, `template`, `state`, `sampler`, `bias`, …) sit beside
+OpenAI's.
+
+Responses are exact: field names, required fields and nullability as in OpenAI's schemas
+(`shared/openai/openapi-subset.yaml`); fields that are optional there use UNSET so they
+are left out rather than sent as null.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from ...sampler import SamplerParams
+
+# ---------------------------------------------------------------------------------- requests
+
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+ChoiceCount = Annotated[int, msgspec.Meta(ge=1, le=128)]
+TopLogprobs = Annotated[int, msgspec.Meta(ge=0, le=20)]
+
+
+class ContentPart(msgspec.Struct):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(msgspec.Struct):
+    role: str
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+
+
+class ChatTemplate(msgspec.Struct):
+    """Ai00's `template`: how messages render into the RWKV prompt (all three required)."""
+
+    record: str
+    prefix: str
+    sep: str
+
+
+class StateRef(msgspec.Struct):
+    """Ai00's object form of `state`; only the reference to a configured state is accepted."""
+
+    id: str | None = None
+    name: str | None = None
+    path: str | None = None
+    data: list[float] | None = None
+
+
+class StreamOptions(msgspec.Struct):
+    include_usage: bool = False
+
+
+class ResponseFormat(msgspec.Struct):
+    type: str
+
+
+class SamplingFields(msgspec.Struct, kw_only=True):
+    """Fields chat and completions share."""
+
+    model: str | None = None
+    max_tokens: int | None = None
+    stop: str | list[str] | None | UnsetType = UNSET  # explicit null: no stop strings (Ai00)
+    n: ChoiceCount | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    seed: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    penalty_decay: float | None = None
+    logit_bias: dict[str, float] | None = None
+    bias: dict[str, float] | None = None  # Ai00's name of logit_bias
+    sampler: SamplerParams | None = None  # Ai00's tagged sampler
+    sampler_override: SamplerParams | None = None
+    state: str | StateRef | None = None  # Ai00: initial state, by id or name
+    user: str | None = None
+
+
+class ChatCompletionRequest(SamplingFields, kw_only=True):
+    messages: list[ChatMessage] | ChatMessage | None = None  # Ai00 also takes one message
+    max_completion_tokens: int | None = None
+    logprobs: bool | None = None
+    top_logprobs: TopLogprobs | None = None
+    names: dict[str, str] | None = None
+    template: ChatTemplate | None = None
+    response_format: ResponseFormat | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+
+
+class CompletionRequest(SamplingFields, kw_only=True):
+    prompt: str | list[Any] | None = None
+    echo: bool | None = None
+    logprobs: Annotated[int, msgspec.Meta(ge=0, le=20)] | None = None
+    suffix: str | None = None
+    best_of: int | None = None
+
+
+class EmbeddingRequest(msgspec.Struct, kw_only=True):
+    input: str | list[Any]
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    user: str | None = None
+
+
+# --------------------------------------------------------------------------------- responses
+
+
+class PromptTokensDetails(msgspec.Struct):
+    cached_tokens: int = 0
+
+
+class Usage(msgspec.Struct):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | UnsetType = UNSET
+
+
+class TopLogprob(msgspec.Struct):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprob(msgspec.Struct):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceLogprobs(msgspec.Struct):
+    content: list[TokenLogprob] | None
+    refusal: list[TokenLogprob] | None = None
+
+
+class AssistantMessage(msgspec.Struct, kw_only=True):
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    refusal: str | None = None
+
+
+class ChatChoice(msgspec.Struct):
+    index: int
+    message: AssistantMessage
+    logprobs: ChoiceLogprobs | None
+    finish_reason: str
+
+
+class ChatCompletion(msgspec.Struct, kw_only=True):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    system_fingerprint: str
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class Delta(msgspec.Struct):
+    role: Literal["assistant"] | UnsetType = UNSET
+    content: str | UnsetType = UNSET
+
+
+class ChunkChoice(msgspec.Struct):
+    index: int
+    delta: Delta
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: str | None = None
+
+
+class ChatCompletionChunk(msgspec.Struct, kw_only=True):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    system_fingerprint: str
+    choices: list[ChunkChoice]
+    # Present (null, or the totals on the last chunk) only when the client asked for usage.
+    usage: Usage | None | UnsetType = UNSET
+
+
+class LegacyLogprobs(msgspec.Struct):
+    tokens: list[str]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
+    text_offset: list[int]
+
+
+class CompletionChoice(msgspec.Struct):
+    index: int
+    text: str
+    logprobs: LegacyLogprobs | None
+    finish_reason: str | None
+
+
+class Completion(msgspec.Struct, kw_only=True):
+    """Both the response and each streamed chunk (OpenAI uses one shape for both)."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    system_fingerprint: str
+    choices: list[CompletionChoice]
+    usage: Usage | UnsetType = UNSET  # not nullable in the spec: left out of all but the last chunk
+
+
+class EmbeddingItem(msgspec.Struct, kw_only=True):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str  # str: base64 of little-endian float32, as OpenAI sends it
+
+
+class EmbeddingUsage(msgspec.Struct):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingList(msgspec.Struct, kw_only=True):
+    object: Literal["list"] = "list"
+    data: list[EmbeddingItem]
+    model: str
+    usage: EmbeddingUsage
+
+
+class ModelCard(msgspec.Struct, kw_only=True):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str
+
+
+class ModelList(msgspec.Struct, kw_only=True):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]

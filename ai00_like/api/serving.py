@@ -1,0 +1,131 @@
+"""What the HTTP tier knows about the model being served, and its way to the middleware.
+
+Every load and unload passes through here, so the model the handlers see is the one the
+middleware holds; handlers can refuse a request at once (503 while nothing is loaded,
+404 for another model's name) without a round trip to the serving threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from pathlib import Path
+
+from ..config import Config
+from ..messages import Failed, Load, Loaded, ModelInfoEvent, ModelSpec, Unload
+from ..middleware import Middleware
+from .channel import EventChannel
+from .errors import ApiError, model_not_found
+
+log = logging.getLogger(__name__)
+
+
+class Serving:
+    def __init__(self, config: Config, middleware: Middleware):
+        self.config = config
+        self.middleware = middleware
+        self.model: ModelInfoEvent | None = None
+        self.model_created = 0  # the model file's mtime, as Ollama reports `created`
+        self.loading: ModelSpec | None = None
+        self.last_error: str | None = None
+        self._loaded = asyncio.Event()  # set whenever a load attempt has ended
+
+    # ------------------------------------------------------------------ the model
+
+    @property
+    def model_id(self) -> str | None:
+        return self.model.name if self.model else None
+
+    def names_of_model(self) -> set[str]:
+        """Every name a request may use for the loaded model."""
+        if self.model is None:
+            return set()
+        return {self.model.name, Path(self.model.path).name, Path(self.model.path).stem, *self.config.model.aliases}
+
+    def require_model(self, requested: str | None) -> ModelInfoEvent:
+        """The loaded model, if `requested` may name it (absent or empty: any model will do).
+
+        We accept the model's id, its file name and the configured aliases, and answer
+        404 model_not_found for any other name (instead of llama.cpp's "ignore the field"),
+        so a client that picked a model from another server learns it at once.
+        """
+        model = self.model
+        if model is None:
+            raise self.unavailable()
+        if requested and requested not in self.names_of_model():
+            raise model_not_found(requested, model.name)
+        return model
+
+    def unavailable(self) -> ApiError:
+        if self.loading is not None:
+            return ApiError(503, f"The model {Path(self.loading.path).name} is still loading; retry shortly.",
+                            code="model_loading", headers={"Retry-After": "2"})
+        detail = f" (last load failed: {self.last_error})" if self.last_error else ""
+        return ApiError(503, f"No model is loaded{detail}.", code="model_not_loaded", headers={"Retry-After": "5"})
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def load(self, spec: ModelSpec) -> ModelInfoEvent:
+        """Load (or replace) the model; the old one keeps serving until the new one is ready."""
+        self.loading = spec
+        self._loaded.clear()
+        channel = EventChannel()
+        started = time.monotonic()
+        log.info("loading model %s", spec.path)
+        self.middleware.send(Load(spec, channel.reply()))
+        try:
+            event = await channel.first()
+        finally:
+            self.loading = None
+            self._loaded.set()
+        if isinstance(event, Loaded):
+            self.model, self.last_error = event.info, None
+            try:
+                self.model_created = int(os.stat(spec.path).st_mtime)
+            except OSError:
+                self.model_created = int(time.time())
+            info = event.info.info
+            log.info("model %s loaded in %.1f s: RWKV v%s, %d layers, %d dims, vocab %d, %d slots",
+                     event.info.name, time.monotonic() - started, info.version, info.n_layer, info.n_embd,
+                     info.vocab, event.info.slots)
+            return event.info
+        message = event.message if isinstance(event, Failed) else f"unexpected reply {event!r}"
+        self.last_error = message
+        log.error("loading %s failed: %s", spec.path, message)
+        raise ApiError(500 if not isinstance(event, Failed) or event.kind != "load_failed" else 400,
+                       f"Loading the model failed: {message}", code="load_failed")
+
+    async def unload(self) -> None:
+        channel = EventChannel()
+        self.middleware.send(Unload(channel.reply()))
+        await channel.first()
+        self.model = None
+        log.info("model unloaded")
+
+    async def wait_idle(self) -> None:
+        """Until no load is in progress (tests and benchmarks wait for the startup load)."""
+        while self.loading is not None:
+            await self._loaded.wait()
+
+    def start_configured_load(self) -> asyncio.Task | None:
+        """Startup: load the configured model in the background while the server listens."""
+        spec = self.config.model_spec()
+        if spec is None:
+            log.warning("no model configured ([model] name is empty): inference routes answer 503 until one "
+                        "is loaded")
+            return None
+        if not Path(spec.path).is_file():
+            self.last_error = f"model file {spec.path} not found"
+            log.warning("model file %s not found: inference routes answer 503 until a model is loaded", spec.path)
+            return None
+        self.loading = spec  # visible to requests that arrive before the task first runs
+
+        async def load_quietly():
+            try:
+                await self.load(spec)
+            except ApiError:
+                pass  # already logged; the server keeps serving with no model
+
+        return asyncio.get_running_loop().create_task(load_quietly())

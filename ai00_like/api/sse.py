@@ -1,0 +1,48 @@
+"""Server-sent events as OpenAI clients read them.
+
+Each event is ``data: <json>\\n\\n`` (with the space after the colon that Ai00 leaves out),
+the stream ends with ``data: [DONE]\\n\\n`` in its own event (RWKV-Runner #57 glued it to
+the previous one), and silence is filled with comment lines (``: ping``), which every SSE
+parser skips. An error after the 200 has gone out is sent as ``data: {"error": …}``,
+which the openai SDK raises as APIError.
+"""
+
+from __future__ import annotations
+
+import msgspec
+from aiohttp import web
+
+_encode = msgspec.json.Encoder().encode
+
+DONE = b"data: [DONE]\n\n"
+PING = b": ping\n\n"
+
+
+class EventStream:
+    def __init__(self, request: web.Request):
+        self.request = request
+        self.response = web.StreamResponse(
+            status=200,
+            headers={
+                "Content-Type": "text/event-stream; charset=utf-8",
+                "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no",  # nginx: pass events through as they come
+            },
+        )
+
+    async def start(self) -> None:
+        await self.response.prepare(self.request)
+
+    async def send(self, payload: msgspec.Struct) -> None:
+        await self.response.write(b"data: " + _encode(payload) + b"\n\n")
+
+    async def ping(self) -> None:
+        await self.response.write(PING)
+
+    async def done(self) -> None:
+        await self.response.write(DONE)
+        await self.response.write_eof()
+
+    async def error(self, envelope: msgspec.Struct) -> None:
+        await self.send(envelope)
+        await self.response.write_eof()

@@ -1,0 +1,232 @@
+"""config.toml: Ai00's sections with Ai00's meanings, plus what our engine adds.
+
+The shipped `config.toml` documents every key. Sections and keys are checked strictly:
+a misspelt key or a wrong value stops the server with one line naming the key, because
+a silently ignored setting is worse than a refusal. Keys that Ai00 has but our engine
+does not (quantisation, TLS, JWT, the ONNX embedder, …) are accepted so an Ai00 config
+still starts, and each is reported once as ignored.
+
+Relative paths are resolved against the directory of the config file, so the server
+finds its model wherever it is started from (Ai00 resolves against the working
+directory, which is the same thing for its usual `cd ai00 && ./ai00_server`).
+"""
+
+from __future__ import annotations
+
+import logging
+import tomllib
+import uuid
+from pathlib import Path
+from typing import Annotated, Literal
+
+import msgspec
+
+from .messages import LoraSpec, ModelSpec, StateSpec
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONFIG = "config.toml"
+DEFAULT_IP = "127.0.0.1"  # Ai00 listens on 0.0.0.0; we only go beyond loopback when asked
+DEFAULT_PORT = 65530
+
+Positive = Annotated[int, msgspec.Meta(ge=1)]
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message names the file, the key and the problem."""
+
+
+class ModelSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    path: str = "assets/models"
+    name: str = ""
+    served_name: str = ""
+    aliases: list[str] = msgspec.field(default_factory=list)
+    device: Literal["auto", "cpu"] = "auto"
+    max_batch: Positive = 8
+    token_chunk_size: Positive = 256
+    cache_bytes: NonNegative = 1 << 30
+    checkpoint_interval: Positive = 256
+    max_tokens_limit: Positive = 65536
+
+
+class StateSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    path: str
+    name: str = ""
+    id: str = ""
+    default: bool = False
+
+
+class LoraSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    path: str
+    alpha: float = 1.0
+
+
+class TokenizerSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    path: str = ""
+
+
+class ListenSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    ip: str = DEFAULT_IP
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = DEFAULT_PORT
+    api_keys: list[str] = msgspec.field(default_factory=list)
+    max_body_bytes: Positive = 4 << 20
+    ping_interval: Annotated[float, msgspec.Meta(gt=0)] = 1.0
+
+
+class WebSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    path: str = "assets/www/index.zip"
+
+
+class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    model: ModelSection = msgspec.field(default_factory=ModelSection)
+    state: list[StateSection] = msgspec.field(default_factory=list)
+    lora: list[LoraSection] = msgspec.field(default_factory=list)
+    tokenizer: TokenizerSection = msgspec.field(default_factory=TokenizerSection)
+    listen: ListenSection = msgspec.field(default_factory=ListenSection)
+    web: WebSection | None = None  # absent: no web page (as in Ai00)
+    # Where relative paths are resolved; not a key of the file.
+    base_dir: str = "."
+    source: str = "<defaults>"
+
+    # ------------------------------------------------------------------ derived values
+
+    def resolve(self, path: str) -> Path:
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else Path(self.base_dir) / p
+
+    @property
+    def model_dir(self) -> Path:
+        return self.resolve(self.model.path)
+
+    @property
+    def model_file(self) -> Path | None:
+        """The configured model file, or None when `[model] name` is empty (start with no model)."""
+        return self.model_dir / self.model.name if self.model.name else None
+
+    def _in_model_dir(self, path: str) -> Path:
+        # Ai00 resolves [[state]]/[[lora]] paths under [model] path; its shipped examples also
+        # spell them from the working directory ("assets/models/x.lora"). Accept both.
+        under = self.model_dir / path
+        return under if under.exists() or not self.resolve(path).exists() else self.resolve(path)
+
+    def model_spec(self) -> ModelSpec | None:
+        model_file = self.model_file
+        if model_file is None:
+            return None
+        return ModelSpec(
+            path=str(model_file),
+            tokenizer=str(self.resolve(self.tokenizer.path)) if self.tokenizer.path else None,
+            device=self.model.device,
+            max_batch=self.model.max_batch,
+            token_chunk_size=self.model.token_chunk_size,
+            loras=tuple(LoraSpec(str(self._in_model_dir(l.path)), l.alpha) for l in self.lora),
+            states=tuple(
+                StateSpec(str(self._in_model_dir(s.path)), s.id, s.name or Path(s.path).name, s.default)
+                for s in self.state
+            ),
+            cache_bytes=self.model.cache_bytes,
+            checkpoint_interval=self.model.checkpoint_interval,
+            name=self.model.served_name,
+        )
+
+
+# Ai00 keys our engine has no use for: accepted, reported once, then dropped.
+_AI00_IGNORED = {
+    "model": ("quant", "quant_type", "precision", "embed_device", "stop"),
+    "listen": ("domain", "acme", "tls", "slot", "force_pass", "expire_sec", "app_keys"),
+    "": ("bnf", "adapter", "embed"),
+}
+# Ai00's spellings of the same keys.
+_AI00_ALIASES = {"model": {"model_path": "path", "model_name": "name"}}
+
+
+def _drop_ai00_only_keys(raw: dict, source: str) -> None:
+    for section, keys in _AI00_IGNORED.items():
+        table = raw if section == "" else raw.get(section)
+        if not isinstance(table, dict):
+            continue
+        for key in keys:
+            if key in table:
+                del table[key]
+                where = key if section == "" else f"{section}.{key}"
+                log.warning("%s: %s is an Ai00 setting this server does not use; ignored", source, where)
+    for section, aliases in _AI00_ALIASES.items():
+        table = raw.get(section)
+        if isinstance(table, dict):
+            for old, new in aliases.items():
+                if old in table and new not in table:
+                    table[new] = table.pop(old)
+
+
+def _key_path(message: str) -> tuple[str, str]:
+    """msgspec says "Expected `int` >= 1 - at `$.model.max_batch`"; split it into key and problem."""
+    problem, sep, where = message.rpartition(" - at `$")
+    if not sep:
+        return "", message
+    key = where.rstrip("`").lstrip(".")
+    return key, problem[:1].lower() + problem[1:]
+
+
+def parse_config(text: str, *, source: str = DEFAULT_CONFIG, base_dir: str | Path = ".") -> Config:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{source}: not valid TOML: {e}") from None
+    _drop_ai00_only_keys(raw, source)
+    for internal in ("base_dir", "source"):
+        if internal in raw:
+            raise ConfigError(f"{source}: {internal}: unknown key")
+    try:
+        config = msgspec.convert(raw, Config)
+    except msgspec.ValidationError as e:
+        key, problem = _key_path(str(e))
+        if problem.startswith("object contains unknown field"):
+            field = problem.split("`")[1] if "`" in problem else "?"
+            key, problem = (f"{key}.{field}" if key else field), "unknown key"
+        raise ConfigError(f"{source}: {key or 'top level'}: {problem}") from None
+    config.base_dir, config.source = str(base_dir), source
+    _check(config)
+    return config
+
+
+def _check(config: Config) -> None:
+    source = config.source
+    ids: set[str] = set()
+    defaults = 0
+    for n, state in enumerate(config.state):
+        if not state.id:
+            # Ai00 draws a random UUID on every start, so clients cannot keep using an id;
+            # one derived from the path is the same on every start.
+            state.id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"ai00-like-state:{state.path}"))
+        else:
+            try:
+                uuid.UUID(state.id)
+            except ValueError:
+                raise ConfigError(f"{source}: state[{n}].id: not a UUID: {state.id!r}") from None
+        if state.id in ids:
+            raise ConfigError(f"{source}: state[{n}].id: {state.id} is used by another [[state]]")
+        ids.add(state.id)
+        defaults += state.default
+    if defaults > 1:
+        raise ConfigError(f"{source}: state: more than one [[state]] has default = true")
+    name = config.model.name
+    if name and (Path(name).is_absolute() or ".." in Path(name).parts):
+        raise ConfigError(f"{source}: model.name: must be a file inside [model] path, got {name!r}")
+
+
+def load_config(path: str | Path | None) -> Config:
+    """Read a config file. `None` means ./config.toml if it exists, else all defaults."""
+    if path is None:
+        path = Path(DEFAULT_CONFIG)
+        if not path.exists():
+            log.info("no %s here; using default settings (no model)", DEFAULT_CONFIG)
+            return Config()
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read: {e}") from None
+    return parse_config(text, source=str(path), base_dir=path.resolve().parent)
