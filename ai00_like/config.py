@@ -163,9 +163,8 @@ def _key_path(message: str) -> tuple[str, str]:
     """msgspec says "Expected `int` >= 1 - at `$.model.max_batch`"; split it into key and problem."""
     problem, sep, where = message.rpartition(" - at `$")
     if not sep:
-        return "", message
-    key = where.rstrip("`").lstrip(".")
-    return key, problem[:1].lower() + problem[1:]
+        problem, where = message, ""
+    return where.rstrip("`").lstrip("."), problem[:1].lower() + problem[1:]
 
 
 def parse_config(text: str, *, source: str = DEFAULT_CONFIG, base_dir: str | Path = ".") -> Config:

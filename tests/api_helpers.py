@@ -97,15 +97,17 @@ class ServerThread:
     # ------------------------------------------------------------------ raw HTTP
 
     def request(self, method: str, path: str, body: bytes | str | dict | list | None = None,
-                headers: dict | None = None) -> "RawResponse":
+                headers: dict | None = None, chunked: bool = False) -> "RawResponse":
         if isinstance(body, (dict, list)):
             body = json.dumps(body)
         if isinstance(body, str):
             body = body.encode()
+        if chunked:  # no Content-Length: the server learns the size only by reading
+            body = iter([body[i : i + 65536] for i in range(0, len(body), 65536)])
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=TIMEOUT)
         try:
             hdrs = {"Content-Type": "application/json", **(headers or {})}
-            conn.request(method, path, body=body, headers=hdrs)
+            conn.request(method, path, body=body, headers=hdrs, encode_chunked=chunked)
             resp = conn.getresponse()
             return RawResponse(resp.status, dict(resp.getheaders()), resp.read())
         finally:

@@ -14,18 +14,33 @@ T = TypeVar("T")
 _decoders: dict[type, msgspec.json.Decoder] = {}
 
 
-def too_large(limit: int) -> ApiError:
+# A client still sending a body we refuse gets a connection reset instead of our 413 if we
+# stop reading; so we read and drop this much of it before answering.
+DRAIN_LIMIT = 64 << 20
+
+
+async def _drain(request: web.Request) -> None:
+    drained = 0
+    while drained < DRAIN_LIMIT:
+        chunk = await request.content.readany()
+        if not chunk:
+            return
+        drained += len(chunk)
+
+
+async def too_large(request: web.Request, limit: int) -> ApiError:
+    await _drain(request)
     return ApiError(413, f"Request body is larger than {limit} bytes (config [listen] max_body_bytes)",
                     code="request_too_large")
 
 
 async def decode_body(request: web.Request, type_: type[T], limit: int) -> T:
     if request.content_length is not None and request.content_length > limit:
-        raise too_large(limit)
+        raise await too_large(request, limit)
     try:
         body = await request.read()  # the app's client_max_size stops chunked bodies at `limit`
     except web.HTTPRequestEntityTooLarge:
-        raise too_large(limit) from None
+        raise await too_large(request, limit) from None
     if not body.strip():
         raise bad_request("Request body is empty; expected a JSON object", None, code="invalid_json")
     decoder = _decoders.get(type_)

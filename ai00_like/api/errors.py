@@ -71,6 +71,7 @@ def model_not_found(requested: str, served: str) -> ApiError:
 
 
 _AT = re.compile(r" - at `\$\.?(.*)`$")
+_MISSING = re.compile(r"^Object missing required field `(.*)`$")
 
 
 def from_validation(error: msgspec.ValidationError) -> ApiError:
@@ -79,6 +80,10 @@ def from_validation(error: msgspec.ValidationError) -> ApiError:
     match = _AT.search(text)
     param = match.group(1) if match else None
     problem = _AT.sub("", text)
+    missing = _MISSING.match(problem)
+    if missing:  # name the missing field itself, not the object that lacks it
+        param = f"{param}.{missing.group(1)}" if param else missing.group(1)
+        return bad_request(f"Missing required field '{param}'", param, code="missing_required_field")
     message = f"Invalid value for '{param}': {problem}" if param else f"Invalid request body: {problem}"
     return bad_request(message, param)
 

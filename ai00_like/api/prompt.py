@@ -65,7 +65,7 @@ def message_text(message: ChatMessage, where: str) -> str:
     for j, part in enumerate(content):
         if part.type != "text" or part.text is None:
             raise bad_request(
-                f"Content part type '{part.type}' is not supported: this model reads text only",
+                f"{where}.content[{j}]: content part type '{part.type}' is not supported: this model reads text only",
                 f"{where}.content[{j}]",
             )
         texts.append(part.text)
