@@ -70,6 +70,7 @@ class ListenSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ip: str = DEFAULT_IP
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = DEFAULT_PORT
     api_keys: list[str] = msgspec.field(default_factory=list)
+    admin_key: str = ""
     max_body_bytes: Positive = 4 << 20
     ping_interval: Annotated[float, msgspec.Meta(gt=0)] = 1.0
 

@@ -24,6 +24,8 @@ from aiohttp import web
 from ..config import Config
 from ..middleware import Middleware
 from .errors import ApiError, error_middleware
+from .ai00 import admin
+from .ai00 import models as ai00_models
 from .oai import chat, completion, embedding, models
 from .serving import Serving
 
@@ -44,6 +46,18 @@ OPENAI_ROUTES: list[tuple[str, str, Handler]] = [
     ("POST", "/embeddings", embedding.embeddings),
 ]
 
+# Ai00's own routes, at Ai00's paths.
+AI00_ROUTES: list[tuple[str, str, Handler]] = [
+    ("GET", "/api/models/info", ai00_models.models_info),
+    ("GET", "/api/models/list", ai00_models.models_list),
+    ("GET", "/api/models/state", ai00_models.models_state),
+    ("GET", "/api/adapters", ai00_models.adapters),
+    ("POST", "/admin/models/load", admin.load),
+    ("GET", "/admin/models/unload", admin.unload),
+    ("POST", "/admin/models/unload", admin.unload),
+    ("POST", "/admin/models/save", admin.save),
+]
+
 _json_encode = msgspec.json.Encoder().encode
 
 
@@ -62,19 +76,23 @@ def add_routes(app: web.Application) -> None:
     for prefix in OPENAI_PREFIXES:
         for method, path, handler in OPENAI_ROUTES:
             app.router.add_route(method, prefix + path, endpoint(handler))
+    for method, path, handler in AI00_ROUTES:
+        app.router.add_route(method, path, endpoint(handler))
 
 
 # ------------------------------------------------------------------------------ middlewares
 
 
-def _protected(path: str) -> bool:
-    return path.startswith(OPENAI_PREFIXES)
-
-
 @web.middleware
 async def api_key_middleware(request: web.Request, handler):
-    keys = request.app[SERVING].config.listen.api_keys
-    if keys and request.method != "OPTIONS" and _protected(request.path):
+    serving = request.app[SERVING]
+    if request.path.startswith("/admin/"):
+        refusal = admin.admin_refusal(request, serving)
+        if refusal is not None:
+            raise refusal
+        return await handler(request)
+    keys = serving.config.listen.api_keys
+    if keys and request.method != "OPTIONS" and request.path.startswith(("/v1/", "/api/")):
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         given = given.strip()
         if scheme.lower() != "bearer" or not any(hmac.compare_digest(given, k) for k in keys):
@@ -192,6 +210,7 @@ async def start_server(config: Config, middleware: Middleware, *, ip: str | None
     await site.start()
     bound = site._server.sockets[0].getsockname()[1] if site._server and site._server.sockets else port
     serving = app[SERVING]
+    serving.listen_host = host
     log.info("listening on http://%s:%s (OpenAI base URL: http://%s:%s/v1)", host, bound, host, bound)
     load_task = serving.start_configured_load()
     return RunningServer(runner, serving, host, bound, load_task)

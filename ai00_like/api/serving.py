@@ -30,6 +30,7 @@ class Serving:
         self.model_created = 0  # the model file's mtime, as Ollama reports `created`
         self.loading: ModelSpec | None = None
         self.last_error: str | None = None
+        self.listen_host = config.listen.ip  # where the server listens (--ip wins over the config)
         self._loaded = asyncio.Event()  # set whenever a load attempt has ended
 
     # ------------------------------------------------------------------ the model
@@ -94,8 +95,9 @@ class Serving:
         message = event.message if isinstance(event, Failed) else f"unexpected reply {event!r}"
         self.last_error = message
         log.error("loading %s failed: %s", spec.path, message)
-        raise ApiError(500 if not isinstance(event, Failed) or event.kind != "load_failed" else 400,
-                       f"Loading the model failed: {message}", code="load_failed")
+        # load_failed: the file or settings the client chose cannot be loaded; else our bug.
+        client_side = isinstance(event, Failed) and event.kind == "load_failed"
+        raise ApiError(400 if client_side else 500, f"Loading the model failed: {message}", code="load_failed")
 
     async def unload(self) -> None:
         channel = EventChannel()

@@ -34,7 +34,10 @@ class EventStream:
         await self.response.prepare(self.request)
 
     async def send(self, payload: msgspec.Struct) -> None:
-        await self.response.write(b"data: " + _encode(payload) + b"\n\n")
+        await self.send_raw(_encode(payload))
+
+    async def send_raw(self, json_bytes: bytes) -> None:
+        await self.response.write(b"data: " + json_bytes + b"\n\n")
 
     async def ping(self) -> None:
         await self.response.write(PING)

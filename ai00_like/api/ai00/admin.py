@@ -1,0 +1,125 @@
+"""POST /admin/models/load, GET|POST /admin/models/unload, POST /admin/models/save.
+
+Every path a request names must lie inside [model] path (Ai00 checks the model path but
+not the tokenizer path; we check both). A load builds the new model while the old one
+keeps serving and answers when it is ready; a failed load leaves the old one in place.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import uuid
+from pathlib import Path
+
+from aiohttp import web
+
+from ...messages import LoraSpec, ModelSpec, StateSpec
+from ...rwkv import DEVICES
+from ..body import decode_body
+from ..errors import ApiError, bad_request
+from ..serving import Serving
+from .models import live_info, status
+from .types import ReloadRequest, SaveRequest, ServerStatus
+
+
+def inside(root: Path, wanted: str, param: str, *, must_exist: bool = True) -> Path:
+    """`wanted` (relative to `root`, or absolute) as a path that stays inside `root`."""
+    root = root.resolve()
+    path = (root / wanted).resolve()
+    if not path.is_relative_to(root):
+        raise ApiError(403, f"'{param}' must name a file inside the models folder ({root})", param=param,
+                       code="path_not_allowed")
+    if must_exist and not path.is_file():
+        raise ApiError(404, f"'{param}': no such file: {wanted}", param=param, code="file_not_found")
+    return path
+
+
+def reload_spec(req: ReloadRequest, serving: Serving) -> ModelSpec:
+    config, root = serving.config, serving.config.model_dir
+    if req.quant > 0 and req.quant_type.lower() not in ("none", ""):
+        raise bad_request(f"quant_type '{req.quant_type}': quantised weights are not supported by this engine",
+                          "quant_type")
+    device = req.device or config.model.device
+    if device not in DEVICES:
+        raise bad_request(f"'device' must be one of {', '.join(DEVICES)}, got '{device}'", "device")
+    for name, value in (("max_batch", req.max_batch), ("token_chunk_size", req.token_chunk_size)):
+        if value is not None and value < 1:
+            raise bad_request(f"'{name}' must be >= 1, got {value}", name)
+    if req.tokenizer_path:
+        tokenizer = str(inside(root, req.tokenizer_path, "tokenizer_path"))
+    else:
+        tokenizer = str(config.resolve(config.tokenizer.path)) if config.tokenizer.path else None
+    states = []
+    for i, s in enumerate(req.state):
+        path = inside(root, s.path, f"state[{i}].path")
+        states.append(StateSpec(str(path), s.id or str(uuid.uuid5(uuid.NAMESPACE_URL, f"ai00-like-state:{s.path}")),
+                                s.name or path.name, s.default))
+    return ModelSpec(
+        path=str(inside(root, req.model_path, "model_path")),
+        tokenizer=tokenizer,
+        device=device,
+        max_batch=req.max_batch or config.model.max_batch,
+        token_chunk_size=req.token_chunk_size or config.model.token_chunk_size,
+        loras=tuple(LoraSpec(str(inside(root, l.path, f"lora[{i}].path")), l.alpha) for i, l in enumerate(req.lora)),
+        states=tuple(states),
+        cache_bytes=config.model.cache_bytes,
+        checkpoint_interval=config.model.checkpoint_interval,
+        name=req.served_name,
+    )
+
+
+async def load(request: web.Request, serving: Serving) -> ServerStatus:
+    req = await decode_body(request, ReloadRequest, serving.config.listen.max_body_bytes)
+    if sum(s.default for s in req.state) > 1:
+        raise bad_request("at most one state may have default = true", "state")
+    await serving.load(reload_spec(req, serving))
+    return status(serving, await live_info(serving))
+
+
+async def unload(request: web.Request, serving: Serving) -> ServerStatus:
+    await serving.unload()
+    return status(serving, None)
+
+
+async def save(request: web.Request, serving: Serving):
+    await decode_body(request, SaveRequest, serving.config.listen.max_body_bytes)
+    raise ApiError(501, "Saving the loaded model (Ai00's .prefab export) is not supported: this engine keeps "
+                   "fp32 weights, so the source file already is the model; convert files with "
+                   "'ai00-like convert'", type="not_supported_error", code="not_supported")
+
+
+# ------------------------------------------------------------------------------ who may use them
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def admin_refusal(request: web.Request, serving: Serving) -> ApiError | None:
+    """Why this admin request may not pass, or None.
+
+    With [listen] admin_key set, the key is required (as `Authorization: Bearer` or Ai00's
+    `?admin_token=`). Without one, admin routes are open only while the server listens on
+    loopback; listening beyond it, they are closed (Ai00 ships them open to everyone).
+    """
+    key = serving.config.listen.admin_key
+    if key:
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        given = given.strip() if scheme.lower() == "bearer" else request.query.get("admin_token", "")
+        if not given:
+            return ApiError(401, "Admin routes need the admin key: 'Authorization: Bearer <[listen] admin_key>'",
+                            code="invalid_api_key")
+        if not hmac.compare_digest(given, key):
+            return ApiError(403, "Wrong admin key", code="invalid_api_key")
+        return None
+    if not is_loopback(serving.listen_host):
+        return ApiError(403, f"Admin routes are closed: the server listens on {serving.listen_host}, beyond this "
+                        "machine, and no [listen] admin_key is set", type="permission_error",
+                        code="admin_key_required")
+    return None

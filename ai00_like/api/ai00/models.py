@@ -1,0 +1,164 @@
+"""GET /api/models/info, /api/models/list, /api/models/state (SSE) and /api/adapters.
+
+Where Ai00 hangs until a model is loaded, these answer at once and say what is going on
+(`loaded`, `loading`, `last_error`); the status stream is plain JSON, not Ai00's JSON
+string inside JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+from pathlib import Path
+
+import msgspec
+from aiohttp import web
+
+from ...messages import GetInfo, ModelInfoEvent
+from ...rwkv.info import ModelInfo
+from ..channel import EventChannel
+from ..serving import Serving
+from ..sse import EventStream
+from .types import Ai00ModelInfo, LoraItem, ModelFile, ReloadInfo, ServerStatus, StateItem, StateRefInfo
+
+STATUS_INTERVAL = 0.5  # seconds between checks of /api/models/state (Ai00 sends every 0.5 s)
+SMALL_FILE = 10 << 20  # files up to this size are hashed whole, larger ones by samples (as Ai00)
+MODEL_SUFFIXES = {".st", ".safetensors", ".pth", ".prefab"}
+
+
+def ai00_info(info: ModelInfo) -> Ai00ModelInfo:
+    return Ai00ModelInfo(version=f"V{info.version.split('.')[0]}", num_layer=info.n_layer, num_emb=info.n_embd,
+                         num_hidden=info.ffn, num_vocab=info.vocab, num_head=info.n_head, head_size=info.head_size)
+
+
+def relative_to(path: str, root: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(root.resolve()))
+    except ValueError:
+        return path
+
+
+async def live_info(serving: Serving) -> ModelInfoEvent | None:
+    """The middleware's current view (slot use, cache size), or None when nothing is loaded."""
+    if serving.model is None:
+        return None
+    channel = EventChannel()
+    serving.middleware.send(GetInfo(channel.reply()))
+    event = await channel.first()
+    return event if isinstance(event, ModelInfoEvent) else None
+
+
+def status(serving: Serving, event: ModelInfoEvent | None) -> ServerStatus:
+    loading = Path(serving.loading.path).name if serving.loading is not None else None
+    if event is None:
+        return ServerStatus(loaded=False, loading=loading, last_error=serving.last_error)
+    spec, root = event.spec, serving.config.model_dir
+    reload = ReloadInfo(
+        model_path=relative_to(spec.path, root),
+        lora=[LoraItem(path=relative_to(l.path, root), alpha=l.alpha) for l in spec.loras],
+        state=[StateItem(path=relative_to(s.path, root), name=s.name, id=s.id, default=s.default)
+               for s in spec.states],
+        token_chunk_size=spec.token_chunk_size, max_batch=spec.max_batch,
+        tokenizer_path=spec.tokenizer or "", served_name=spec.name, device=spec.device,
+    )
+    return ServerStatus(
+        loaded=True, loading=loading, last_error=serving.last_error, id=event.name, reload=reload,
+        model=ai00_info(event.info), states=[StateRefInfo(s.id, s.name, s.default) for s in event.states],
+        slots=event.slots, running=event.running, waiting=event.waiting, cache_entries=event.cache_entries,
+        cache_bytes=event.cache_bytes,
+    )
+
+
+async def models_info(request: web.Request, serving: Serving) -> ServerStatus:
+    return status(serving, await live_info(serving))
+
+
+async def models_state(request: web.Request, serving: Serving) -> web.StreamResponse:
+    """The status as server-sent events: one at once, then one whenever it changes."""
+    out = EventStream(request)
+    await out.start()
+    last, silent = None, 0.0
+    while True:
+        current = msgspec.json.encode(status(serving, await live_info(serving)))
+        if current != last:
+            await out.send_raw(current)
+            last, silent = current, 0.0
+        elif silent >= serving.config.listen.ping_interval:
+            await out.ping()
+            silent = 0.0
+        await asyncio.sleep(STATUS_INTERVAL)
+        silent += STATUS_INTERVAL
+
+
+# ------------------------------------------------------------------------------ model files
+
+_hash_cache: dict[tuple[str, int, int], str] = {}
+
+
+def file_hash(path: Path) -> str:
+    """SHA-256 of the file, or of ten 1 MB samples for files over 10 MB (Ai00's scheme)."""
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key in _hash_cache:
+        return _hash_cache[key]
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        if st.st_size <= SMALL_FILE:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        else:
+            step = (st.st_size - (1 << 20)) // 9
+            for i in range(10):
+                f.seek(i * step)
+                digest.update(f.read(1 << 20))
+    _hash_cache[key] = digest.hexdigest()
+    return _hash_cache[key]
+
+
+def describe_file(path: Path, shown_as: str) -> ModelFile:
+    from ...rwkv.loader import read_model_info
+
+    info, error = None, None
+    if path.suffix.lower() in MODEL_SUFFIXES:
+        try:
+            info = ai00_info(read_model_info(path))
+        except Exception as e:  # a broken or foreign file is listed, with the reason
+            error = str(e)
+    return ModelFile(path=shown_as, name=path.name, size=path.stat().st_size, sha=file_hash(path), info=info,
+                     error=error)
+
+
+def list_model_files(root: Path) -> list[ModelFile]:
+    if not root.is_dir():
+        return []
+    files = sorted(p for p in root.iterdir() if p.is_file() and not p.name.startswith("."))
+    return [describe_file(p, p.name) for p in files]
+
+
+async def models_list(request: web.Request, serving: Serving) -> list[ModelFile]:
+    # Hashing reads files: keep it off the event loop.
+    return await asyncio.to_thread(list_model_files, serving.config.model_dir)
+
+
+# ------------------------------------------------------------------------------ adapters
+
+
+def compute_adapters() -> list[str]:
+    """"<name> (<backend>)" per device; index 0 is the CPU, which always exists."""
+    adapters = [f"CPU ({os.cpu_count()} threads, numpy)"]
+    try:
+        import wgpu  # optional: the GPU backend's library
+    except ImportError:
+        return adapters
+    try:
+        for adapter in wgpu.gpu.enumerate_adapters_sync():
+            info = adapter.info
+            adapters.append(f"{info.get('device', 'adapter')} ({info.get('backend_type', '?')})")
+    except Exception:  # a broken driver must not break the listing
+        pass
+    return adapters
+
+
+async def adapters(request: web.Request, serving: Serving) -> list[str]:
+    return await asyncio.to_thread(compute_adapters)

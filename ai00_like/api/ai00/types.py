@@ -1,0 +1,104 @@
+"""Wire structs of Ai00's own routes, with Ai00's field names (ai00-reference §1.9)."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class Ai00ModelInfo(msgspec.Struct, kw_only=True):
+    """Ai00's `ModelInfo`: version as "V4"…"V7", sizes under its names."""
+
+    version: str
+    num_layer: int
+    num_emb: int
+    num_hidden: int
+    num_vocab: int
+    num_head: int
+    head_size: int  # ours: Ai00 leaves it to be derived
+
+
+class LoraItem(msgspec.Struct, kw_only=True):
+    path: str
+    alpha: float = 1.0
+
+
+class StateItem(msgspec.Struct, kw_only=True):
+    path: str
+    name: str = ""
+    id: str = ""
+    default: bool = False
+
+
+class ReloadRequest(msgspec.Struct, kw_only=True):
+    """Body of POST /admin/models/load (Ai00's ReloadRequest); paths are under [model] path.
+
+    Fields Ai00 has but our engine does not use (`precision`, `adapter`, `bnf`, …) are
+    accepted and ignored; quantisation is refused rather than silently skipped.
+    """
+
+    model_path: str
+    lora: list[LoraItem] = msgspec.field(default_factory=list)
+    state: list[StateItem] = msgspec.field(default_factory=list)
+    quant: int = 0
+    quant_type: str = "None"
+    token_chunk_size: int | None = None  # None: the config's
+    max_batch: int | None = None
+    tokenizer_path: str = ""  # empty: the config's tokenizer
+    served_name: str = ""  # ours
+    device: str | None = None  # ours
+
+
+class ReloadInfo(msgspec.Struct, kw_only=True):
+    """What is loaded, in ReloadRequest's shape (so it can be sent back to /admin/models/load)."""
+
+    model_path: str
+    lora: list[LoraItem]
+    state: list[StateItem]
+    quant: int = 0
+    quant_type: str = "None"
+    precision: str = "Fp32"
+    token_chunk_size: int
+    max_batch: int
+    tokenizer_path: str
+    served_name: str
+    device: str
+
+
+class StateRefInfo(msgspec.Struct):
+    id: str
+    name: str
+    default: bool
+
+
+class ServerStatus(msgspec.Struct, kw_only=True):
+    """GET /api/models/info and each event of /api/models/state."""
+
+    loaded: bool
+    loading: str | None = None  # the file being loaded, if any
+    last_error: str | None = None
+    id: str | None = None  # the model id clients use
+    reload: ReloadInfo | None = None
+    model: Ai00ModelInfo | None = None
+    states: list[StateRefInfo] = msgspec.field(default_factory=list)
+    slots: int = 0
+    running: int = 0
+    waiting: int = 0
+    cache_entries: int = 0
+    cache_bytes: int = 0
+
+
+class ModelFile(msgspec.Struct, kw_only=True):
+    """One entry of GET /api/models/list."""
+
+    path: str
+    name: str
+    size: int
+    sha: str
+    info: Ai00ModelInfo | None
+    error: str | None = None  # ours: why `info` is null, for files that look like models
+
+
+class SaveRequest(msgspec.Struct, kw_only=True):
+    path: str | None = None
+    model_path: str | None = None
+

@@ -1,0 +1,170 @@
+"""Ai00's own routes: /api/models/{info,list,state}, /api/adapters, /admin/models/*."""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+
+import pytest
+
+from api_helpers import SCHEMAS, ServerThread, config_for, write_model, write_state
+
+HI = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ai00")
+    write_model(d / "tiny.st")
+    write_model(d / "other.st", version="6", seed=4)
+    write_state(d / "tuned.state")
+    (d / "notes.txt").write_text("not a model")
+    (d / "broken.st").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}")
+    return d
+
+
+@pytest.fixture(scope="module")
+def server(model_dir):
+    """For tests that leave the server as they found it."""
+    with ServerThread(config_for(model_dir, max_batch=2)) as s:
+        yield s
+
+
+@pytest.fixture
+def fresh_server(model_dir):
+    """For tests that load, unload or reconfigure."""
+    with ServerThread(config_for(model_dir, max_batch=2)) as s:
+        yield s
+
+
+def test_models_info(server):
+    info = server.get("/api/models/info").json()
+    assert info["loaded"] is True and info["id"] == "tiny"
+    assert info["model"] == {"version": "V7", "num_layer": 2, "num_emb": 64, "num_hidden": 256, "num_vocab": 65536,
+                             "num_head": 2, "head_size": 32}
+    assert info["reload"]["model_path"] == "tiny.st" and info["reload"]["max_batch"] == 2
+    assert info["slots"] == 2 and info["running"] == 0
+
+
+def test_models_list(server, model_dir):
+    files = {f["name"]: f for f in server.get("/api/models/list").json()}
+    assert set(files) == {"tiny.st", "other.st", "tuned.state", "notes.txt", "broken.st"}
+    tiny = files["tiny.st"]
+    assert tiny["size"] == (model_dir / "tiny.st").stat().st_size
+    # Files up to 10 MB are hashed whole; larger ones (this model: 33 MB) by ten 1 MB samples.
+    assert files["notes.txt"]["sha"] == hashlib.sha256(b"not a model").hexdigest()
+    assert files["tuned.state"]["sha"] == hashlib.sha256((model_dir / "tuned.state").read_bytes()).hexdigest()
+    assert len(tiny["sha"]) == 64 and tiny["sha"] != files["other.st"]["sha"]
+    assert tiny["info"]["version"] == "V7" and files["other.st"]["info"]["version"] == "V6"
+    assert files["notes.txt"]["info"] is None and files["notes.txt"]["error"] is None
+    assert files["broken.st"]["info"] is None and "broken.st" in files["broken.st"]["error"]
+
+
+def test_models_state_streams_the_status(fresh_server):
+    conn = http.client.HTTPConnection("127.0.0.1", fresh_server.port, timeout=30)
+    conn.request("GET", "/api/models/state")
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.getheader("Content-Type").startswith("text/event-stream")
+    line = resp.readline()
+    assert line.startswith(b"data: {")
+    first = json.loads(line[6:])  # plain JSON, not Ai00's JSON string inside JSON
+    assert first["loaded"] is True and first["model"]["version"] == "V7"
+    fresh_server.call(fresh_server.serving.unload())
+    while True:  # the next event tells of the change
+        line = resp.readline()
+        if line.startswith(b"data: "):
+            break
+    assert json.loads(line[6:])["loaded"] is False
+    conn.close()
+
+
+def test_adapters_lists_the_cpu_first(server):
+    adapters = server.get("/api/adapters").json()
+    assert adapters and adapters[0].startswith("CPU")
+
+
+def test_admin_load_swaps_the_model(fresh_server):
+    r = fresh_server.post("/admin/models/load", {"model_path": "other.st", "max_batch": 3,
+                                           "state": [{"path": "tuned.state", "name": "t"}]})
+    assert r.status == 200, r
+    assert r.json()["id"] == "other" and r.json()["model"]["version"] == "V6" and r.json()["slots"] == 3
+    models = fresh_server.get("/v1/models").json()
+    SCHEMAS.check("ListModelsResponse", models)
+    assert [m["id"] for m in models["data"]] == ["other"]
+    assert fresh_server.post("/v1/chat/completions", {**HI, "model": "other", "state": "t"}).status == 200
+    assert fresh_server.post("/v1/chat/completions", {**HI, "model": "tiny"}).status == 404
+
+
+@pytest.mark.parametrize("body,status,param", [
+    ({"model_path": "../outside.st"}, 403, "model_path"),
+    ({"model_path": "/etc/passwd"}, 403, "model_path"),
+    ({"model_path": "missing.st"}, 404, "model_path"),
+    ({"model_path": "tiny.st", "tokenizer_path": "../../vocab.txt"}, 403, "tokenizer_path"),
+    ({"model_path": "tiny.st", "lora": [{"path": "../x.lora"}]}, 403, "lora[0].path"),
+    ({"model_path": "tiny.st", "quant": 2, "quant_type": "Int8"}, 400, "quant_type"),
+    ({"model_path": "tiny.st", "max_batch": 0}, 400, "max_batch"),
+    ({"model_path": "tiny.st", "device": "cuda"}, 400, "device"),
+    ({"lora": []}, 400, "model_path"),
+])
+def test_admin_load_refuses_bad_requests(server, body, status, param):
+    r = server.post("/admin/models/load", body)
+    assert r.status == status, r
+    SCHEMAS.check("ErrorResponse", r.json())
+    assert r.json()["error"]["param"] == param
+
+
+def test_failed_load_keeps_the_old_model(fresh_server):
+    r = fresh_server.post("/admin/models/load", {"model_path": "broken.st"})
+    assert r.status == 400 and r.json()["error"]["code"] == "load_failed" and "broken.st" in r.json()["error"]["message"]
+    assert fresh_server.post("/v1/chat/completions", HI).status == 200
+    assert fresh_server.get("/api/models/info").json()["last_error"]
+
+
+def test_admin_unload_then_load(fresh_server):
+    assert fresh_server.get("/admin/models/unload").json()["loaded"] is False
+    r = fresh_server.post("/v1/chat/completions", HI)
+    assert r.status == 503
+    SCHEMAS.check("ErrorResponse", r.json())
+    assert fresh_server.post("/admin/models/load", {"model_path": "tiny.st"}).status == 200
+    assert fresh_server.post("/v1/chat/completions", HI).status == 200
+
+
+def test_admin_save_is_not_supported(server):
+    r = server.post("/admin/models/save", {"path": "x.prefab"})
+    assert r.status == 501 and r.json()["error"]["type"] == "not_supported_error"
+
+
+def test_admin_key(model_dir):
+    config = config_for(model_dir, listen_extra='admin_key = "s3cret"')
+    with ServerThread(config) as server:
+        assert server.get("/admin/models/unload").status == 401
+        assert server.get("/admin/models/unload", headers={"Authorization": "Bearer nope"}).status == 403
+        assert server.get("/admin/models/unload?admin_token=s3cret").status == 200
+        ok = server.post("/admin/models/load", {"model_path": "tiny.st"}, headers={"Authorization": "Bearer s3cret"})
+        assert ok.status == 200
+        assert server.get("/v1/models").status == 200  # the admin key guards only /admin
+
+
+def test_admin_routes_close_beyond_loopback_without_a_key(fresh_server):
+    fresh_server.serving.listen_host = "0.0.0.0"  # as if started with --ip 0.0.0.0
+    try:
+        r = fresh_server.get("/admin/models/unload")
+        assert r.status == 403 and r.json()["error"]["code"] == "admin_key_required"
+        assert fresh_server.post("/v1/chat/completions", HI).status == 200  # the model is still there
+    finally:
+        fresh_server.serving.listen_host = "127.0.0.1"
+
+
+def test_unload_mid_stream_ends_it_with_an_error_event(fresh_server):
+    import openai
+
+    client = openai.OpenAI(base_url=fresh_server.base_url, api_key="x", max_retries=0)
+    stream = client.chat.completions.create(model="tiny", messages=HI["messages"], max_tokens=4000, stop=None,
+                                            stream=True)
+    next(iter(stream))  # the role chunk: the stream is running
+    assert fresh_server.get("/admin/models/unload").status == 200
+    with pytest.raises(openai.APIError) as e:
+        for _ in stream:
+            pass
+    assert "unloaded" in str(e.value)
