@@ -103,6 +103,29 @@ class Embed(msgspec.Struct, frozen=True):
     reply: Reply
 
 
+class Choose(msgspec.Struct, frozen=True):
+    """Ai00's multiple-choice ranking: the perplexity of each choice as a continuation of `prompt`.
+
+    With `calibrate`, each score has the choice's perplexity on its own (after end-of-text,
+    from the initial state) subtracted: a PMI-like score that does not favour choices that
+    are likely anywhere.
+    """
+
+    prompt: str
+    choices: tuple[str, ...]
+    reply: Reply
+    calibrate: bool = False
+    state: str | None = None
+
+
+class ReadState(msgspec.Struct, frozen=True):
+    """Ai00's `/states`: the RNN state after reading `prompt` (from the initial state)."""
+
+    prompt: str
+    reply: Reply
+    state: str | None = None
+
+
 # ------------------------------------------------------------------ events back to the waiting handler
 
 
@@ -159,6 +182,16 @@ class Embeddings(msgspec.Struct, frozen=True):
     prompt_tokens: int
 
 
+class Chosen(msgspec.Struct, frozen=True):
+    perplexities: tuple[float, ...]  # one per choice, lower is more likely; +inf for an empty choice
+    prompt_tokens: int
+
+
+class StateRead(msgspec.Struct, frozen=True):
+    state: Any  # rwkv.state.State
+    prompt_tokens: int
+
+
 class Finished(msgspec.Struct, frozen=True):
     index: int
     reason: Literal["stop", "length", "cancelled"]
@@ -186,3 +219,19 @@ class GenerateJob(msgspec.Struct, frozen=True):
 class EmbedJob(msgspec.Struct, frozen=True):
     token_lists: tuple[tuple[int, ...], ...]
     reply: Reply
+
+
+class ChooseJob(msgspec.Struct, frozen=True):
+    prompt: tuple[int, ...]
+    choices: tuple[tuple[int, ...], ...]
+    calibrate: bool
+    reply: Reply
+    partition: str = ""
+    initial_state: Any = None
+
+
+class StateJob(msgspec.Struct, frozen=True):
+    tokens: tuple[int, ...]
+    reply: Reply
+    partition: str = ""
+    initial_state: Any = None

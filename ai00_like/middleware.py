@@ -17,8 +17,8 @@ from pathlib import Path
 import msgspec
 
 from .messages import (
-    Embed, EmbedJob, Failed, Generate, GenerateJob, GetInfo, Load, Loaded, ModelInfoEvent, ModelSpec, Unload,
-    Unloaded,
+    Choose, ChooseJob, Embed, EmbedJob, Failed, Generate, GenerateJob, GetInfo, Load, Loaded, ModelInfoEvent,
+    ModelSpec, ReadState, StateJob, Unload, Unloaded,
 )
 from .run import Backend
 
@@ -121,6 +121,8 @@ class Middleware:
             else:
                 encode = self.current.tokenizer.encode
                 self.current.backend.submit(EmbedJob(tuple(tuple(encode(t) or [0]) for t in message.texts), message.reply))
+        elif isinstance(message, (Choose, ReadState)):
+            self._with_initial_state(message)
         elif isinstance(message, GetInfo):
             message.reply(self.current.describe() if self.current else Failed("no model is loaded", "no_model"))
         elif isinstance(message, Load):
@@ -161,6 +163,24 @@ class Middleware:
                 self.inbox.put(_Swap(loaded, load))
 
         threading.Thread(target=work, name="model-loader", daemon=True).start()
+
+    def _with_initial_state(self, request) -> None:
+        current = self.current
+        if current is None:
+            request.reply(Failed("no model is loaded", "no_model"))
+            return
+        try:
+            partition, initial = current.initial_state(request.state)
+        except LookupError as exc:
+            request.reply(Failed(str(exc), "bad_request"))
+            return
+        encode = current.tokenizer.encode
+        prompt = tuple(encode(request.prompt) or [0])
+        if isinstance(request, Choose):
+            choices = tuple(tuple(encode(c)) for c in request.choices)
+            current.backend.submit(ChooseJob(prompt, choices, request.calibrate, request.reply, partition, initial))
+        else:
+            current.backend.submit(StateJob(prompt, request.reply, partition, initial))
 
     def _generate(self, request: Generate) -> None:
         from .sampler import RequestSampler, SamplerError

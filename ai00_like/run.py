@@ -16,7 +16,9 @@ from collections import deque
 
 import numpy as np
 
-from .messages import EmbedJob, Embeddings, Failed, Finished, GenerateJob, Started, TextPiece
+from .messages import (
+    ChooseJob, Chosen, EmbedJob, Embeddings, Failed, Finished, GenerateJob, Started, StateJob, StateRead, TextPiece,
+)
 from .rwkv.batch import StepInput
 from .sampler import sample_batch
 from .state_cache import CacheEntry, StateCache
@@ -119,6 +121,12 @@ class Backend:
         if isinstance(job, EmbedJob):
             self._embed(job)
             return
+        if isinstance(job, ChooseJob):
+            self._choose(job)
+            return
+        if isinstance(job, StateJob):
+            self._read_state(job)
+            return
         for index in range(len(job.samplers)):
             self.waiting.append(Sequence(job, index))
 
@@ -142,6 +150,47 @@ class Backend:
             mean = total / len(tokens)
             vectors.append((mean / max(np.linalg.norm(mean), 1e-12)).astype(np.float32))
         job.reply(Embeddings(tuple(vectors), sum(len(t) for t in job.token_lists)))
+
+    def _run_chunked(self, tokens, state, full_output: bool = False):
+        """model.forward over `tokens` in chunks of the step budget (bounded memory)."""
+        rows = []
+        logits = None
+        for start in range(0, len(tokens), self.token_chunk_size):
+            logits, state = self.model.forward(tokens[start : start + self.token_chunk_size], state, full_output)
+            rows.append(logits)
+        return (np.concatenate(rows) if full_output else logits), state
+
+    def _prefix(self, partition: str, tokens, initial):
+        """Logits and state after `tokens`, from the prefix cache where it has them."""
+        entry = self.cache.lookup(partition, tokens)
+        if entry is not None and entry.ready and (entry.length < len(tokens) or entry.logits is not None):
+            state, logits = entry.state, entry.logits
+            rest = tokens[entry.length :]
+        else:
+            state, logits, rest = initial, None, tokens
+        if rest:
+            logits, state = self._run_chunked(rest, state)
+        return logits, state
+
+    def _choose(self, job: ChooseJob) -> None:
+        """Between steps: perplexity of each choice after the prompt (Ai00 §5.7)."""
+        logits, state = self._prefix(job.partition, job.prompt, job.initial_state)
+        if job.calibrate:  # the choices on their own: after end-of-text, from the initial state
+            alone, alone_state = self._run_chunked((0,), job.initial_state)
+        scores = []
+        for choice in job.choices:
+            if not choice:
+                scores.append(float("inf"))
+                continue
+            score = _perplexity(logits, state, choice, self._run_chunked)
+            if job.calibrate:
+                score -= _perplexity(alone, alone_state, choice, self._run_chunked)
+            scores.append(score)
+        job.reply(Chosen(tuple(scores), len(job.prompt)))
+
+    def _read_state(self, job: StateJob) -> None:
+        _, state = self._prefix(job.partition, job.tokens, job.initial_state)
+        job.reply(StateRead(state.copy() if state is not None else self.model.initial_state(), len(job.tokens)))
 
     # ------------------------------------------------------------------ admission
 
@@ -283,3 +332,18 @@ class Backend:
                 break
             if isinstance(job, GenerateJob):
                 job.reply(Failed(error, "unloaded"))
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    logits = np.asarray(logits, dtype=np.float64)
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def _perplexity(first_logits, state, choice, run) -> float:
+    """Mean negative log-likelihood of `choice` given the logits before it and the state."""
+    logp = _log_softmax(first_logits)[choice[0]]
+    if len(choice) > 1:
+        rest, _ = run(choice[:-1], state, full_output=True)
+        logp += _log_softmax(rest)[np.arange(len(choice) - 1), list(choice[1:])].sum()
+    return float(-logp / len(choice))

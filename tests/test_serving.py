@@ -174,3 +174,53 @@ def test_embeddings_are_normalised_and_tell_texts_apart(middleware, model_files)
     assert np.allclose([np.linalg.norm(v) for v in result.vectors], 1.0, atol=1e-5)
     np.testing.assert_allclose(a, b, atol=1e-6)  # chunking (8 tokens) does not change the result
     assert float(a @ c) < 0.999
+
+
+def test_choose_ranks_choices_by_perplexity(middleware, model_files):
+    import numpy as np
+
+    from ai00_like.messages import Choose, Chosen
+    from ai00_like.rwkv import load_model
+    from ai00_like.rwkv.tokenizer import default_tokenizer_path, load_tokenizer
+
+    load(middleware, spec(model_files[0], token_chunk_size=4))
+    tok = load_tokenizer(default_tokenizer_path())
+    prompt, choices = "The sky is", (" blue today", " green", "")
+    reply = Reply()
+    middleware.send(Choose(prompt, choices, reply))
+    chosen = reply.next()
+    assert isinstance(chosen, Chosen) and chosen.perplexities[2] == float("inf")
+
+    model = load_model(model_files[0])  # the same computation by hand
+    logits, state = model.forward(tok.encode(prompt))
+    for choice, got in zip(choices[:2], chosen.perplexities):
+        ids = tok.encode(choice)
+        rows = np.vstack([logits[None], model.forward(ids[:-1], state, full_output=True)[0]]) if len(ids) > 1 else logits[None]
+        logp = rows - np.log(np.exp(rows - rows.max(-1, keepdims=True)).sum(-1, keepdims=True)) - rows.max(-1, keepdims=True)
+        want = -np.mean(logp[np.arange(len(ids)), ids])
+        assert abs(got - want) < 1e-3 * max(1.0, abs(want))
+
+    reply = Reply()
+    middleware.send(Choose(prompt, choices[:2], reply, calibrate=True))
+    calibrated = reply.next().perplexities
+    assert calibrated != chosen.perplexities[:2]
+
+
+def test_read_state_continues_like_the_whole_text(middleware, model_files):
+    import numpy as np
+
+    from ai00_like.messages import ReadState, StateRead
+    from ai00_like.rwkv import load_model
+    from ai00_like.rwkv.tokenizer import default_tokenizer_path, load_tokenizer
+
+    load(middleware, spec(model_files[0], token_chunk_size=4))
+    tok = load_tokenizer(default_tokenizer_path())
+    reply = Reply()
+    middleware.send(ReadState("Once upon a time", reply))
+    read = reply.next()
+    assert isinstance(read, StateRead) and read.prompt_tokens == len(tok.encode("Once upon a time"))
+    model = load_model(model_files[0])
+    more = tok.encode(" there was")
+    continued, _ = model.forward(more, read.state)
+    whole, _ = model.forward(tok.encode("Once upon a time") + more)
+    np.testing.assert_allclose(continued, whole, atol=1e-5 * whole.std())
