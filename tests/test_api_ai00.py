@@ -168,3 +168,24 @@ def test_unload_mid_stream_ends_it_with_an_error_event(fresh_server):
         for _ in stream:
             pass
     assert "unloaded" in str(e.value)
+
+
+def test_openapi_document_lists_every_route_and_matches_the_responses(server):
+    import jsonschema
+
+    doc = server.get("/api-docs/openapi.json").json()
+    assert doc["openapi"].startswith("3.1")
+    served = {(r.method, r.resource.canonical) for r in server.running.runner.app.router.routes()
+              if r.resource is not None and r.method != "HEAD"}
+    documented = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
+    assert served - {("GET", "/api-docs/openapi.json")} == documented
+
+    def check(schema_name, instance):
+        root = {"$ref": f"#/components/schemas/{schema_name}", "components": doc["components"]}
+        jsonschema.Draft202012Validator(root).validate(instance)
+
+    check("ChatCompletion", server.post("/v1/chat/completions", HI).json())
+    check("ServerStatus", server.get("/api/models/info").json())
+    check("ErrorEnvelope", server.post("/v1/chat/completions", {"messages": []}).json())
+    request = doc["paths"]["/v1/chat/completions"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert request == {"$ref": "#/components/schemas/ChatCompletionRequest"}

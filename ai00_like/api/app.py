@@ -26,42 +26,57 @@ from ..middleware import Middleware
 from .errors import ApiError, error_middleware
 from .ai00 import admin
 from .ai00 import models as ai00_models
+from .ai00 import types as ai00
 from .oai import chat, completion, embedding, models
+from .oai import types as oai
+from .openapi import OPENAPI_PATH, Route, openapi_document
 from .serving import Serving
 
 log = logging.getLogger(__name__)
 
 SERVING = web.AppKey("serving", Serving)
 
-Handler = Callable[[web.Request, Serving], Awaitable[object]]
-
 # Every OpenAI route answers under each prefix: /v1 for OpenAI clients, /api/oai/v1 and
 # /api/oai for clients configured for Ai00.
 OPENAI_PREFIXES = ("/v1", "/api/oai/v1", "/api/oai")
-OPENAI_ROUTES: list[tuple[str, str, Handler]] = [
-    ("GET", "/models", models.list_models),
-    ("GET", "/models/{model}", models.retrieve_model),
-    ("POST", "/chat/completions", chat.chat_completions),
-    ("POST", "/completions", completion.completions),
-    ("POST", "/embeddings", embedding.embeddings),
+OPENAI_ROUTES = [
+    Route("GET", "/models", models.list_models, "List the loaded model", returns=oai.ModelList),
+    Route("GET", "/models/{model}", models.retrieve_model, "The loaded model, by id, file name or alias",
+          returns=oai.ModelCard),
+    Route("POST", "/chat/completions", chat.chat_completions, "Chat (RWKV prompt from Ai00's template)",
+          body=oai.ChatCompletionRequest, returns=oai.ChatCompletion, streams=oai.ChatCompletionChunk),
+    Route("POST", "/completions", completion.completions, "Text completion, one choice per prompt",
+          body=oai.CompletionRequest, returns=oai.Completion, streams=oai.Completion),
+    Route("POST", "/embeddings", embedding.embeddings, "Mean last-layer hidden state, L2-normalised",
+          body=oai.EmbeddingRequest, returns=oai.EmbeddingList),
 ]
 
 # Ai00's own routes, at Ai00's paths.
-AI00_ROUTES: list[tuple[str, str, Handler]] = [
-    ("GET", "/api/models/info", ai00_models.models_info),
-    ("GET", "/api/models/list", ai00_models.models_list),
-    ("GET", "/api/models/state", ai00_models.models_state),
-    ("GET", "/api/adapters", ai00_models.adapters),
-    ("POST", "/admin/models/load", admin.load),
-    ("GET", "/admin/models/unload", admin.unload),
-    ("POST", "/admin/models/unload", admin.unload),
-    ("POST", "/admin/models/save", admin.save),
+AI00_ROUTES = [
+    Route("GET", "/api/models/info", ai00_models.models_info, "Server and model status", returns=ai00.ServerStatus),
+    Route("GET", "/api/models/list", ai00_models.models_list, "Files in the models folder",
+          returns=list[ai00.ModelFile]),
+    Route("GET", "/api/models/state", ai00_models.models_state, "Status as server-sent events, on change",
+          streams=ai00.ServerStatus),
+    Route("GET", "/api/adapters", ai00_models.adapters, "Compute devices", returns=list[str]),
+    Route("POST", "/admin/models/load", admin.load, "Load or replace the model", body=ai00.ReloadRequest,
+          returns=ai00.ServerStatus),
+    Route("GET", "/admin/models/unload", admin.unload, "Unload the model", returns=ai00.ServerStatus),
+    Route("POST", "/admin/models/unload", admin.unload, "Unload the model", returns=ai00.ServerStatus),
+    Route("POST", "/admin/models/save", admin.save, "Not supported (501)", body=ai00.SaveRequest),
 ]
+
+
+def all_routes() -> list[tuple[str, Route]]:
+    """(full path, route) for every route the server answers."""
+    return [(prefix + r.path, r) for prefix in OPENAI_PREFIXES for r in OPENAI_ROUTES] + \
+        [(r.path, r) for r in AI00_ROUTES]
+
 
 _json_encode = msgspec.json.Encoder().encode
 
 
-def endpoint(handler: Handler):
+def endpoint(handler: Callable[[web.Request, Serving], Awaitable[object]]):
     async def handle(request: web.Request) -> web.StreamResponse:
         result = await handler(request, request.app[SERVING])
         if isinstance(result, web.StreamResponse):
@@ -73,11 +88,14 @@ def endpoint(handler: Handler):
 
 
 def add_routes(app: web.Application) -> None:
-    for prefix in OPENAI_PREFIXES:
-        for method, path, handler in OPENAI_ROUTES:
-            app.router.add_route(method, prefix + path, endpoint(handler))
-    for method, path, handler in AI00_ROUTES:
-        app.router.add_route(method, path, endpoint(handler))
+    for path, route in all_routes():
+        app.router.add_route(route.method, path, endpoint(route.handler))
+    document = msgspec.json.encode(openapi_document(all_routes()))
+
+    async def openapi_json(request: web.Request) -> web.Response:
+        return web.Response(body=document, content_type="application/json")
+
+    app.router.add_get(OPENAPI_PATH, openapi_json)
 
 
 # ------------------------------------------------------------------------------ middlewares
