@@ -66,6 +66,7 @@ class ModelSpec(msgspec.Struct, frozen=True):
     cache_bytes: int = 1 << 30  # prefix state cache budget
     checkpoint_interval: int = 256  # tokens between cache checkpoints of a long prompt
     name: str = ""  # the model id clients see; default: the file's stem
+    models_dir: str = ""  # where per-request `.state` files may come from; default: the model's folder
 
 
 class Load(msgspec.Struct, frozen=True):
@@ -92,7 +93,9 @@ class Generate(msgspec.Struct, frozen=True):
     stop: tuple[str, ...] = ()
     n: int = 1
     model_text: str = ""  # earlier assistant turns, which seed the repetition penalties
-    state: str | None = None  # initial state id or name; None: the model's default
+    # The initial state: a configured state's id or name, a `.state` file in the models
+    # folder, or a rwkv.state.State given inline; None: the default state.
+    state: Any = None
     stop_on_eos: bool = True
 
 
@@ -115,7 +118,7 @@ class Choose(msgspec.Struct, frozen=True):
     choices: tuple[str, ...]
     reply: Reply
     calibrate: bool = False
-    state: str | None = None
+    state: Any = None  # as Generate.state
 
 
 class ReadState(msgspec.Struct, frozen=True):
@@ -123,7 +126,7 @@ class ReadState(msgspec.Struct, frozen=True):
 
     prompt: str
     reply: Reply
-    state: str | None = None
+    state: Any = None  # as Generate.state
 
 
 # ------------------------------------------------------------------ events back to the waiting handler

@@ -8,6 +8,7 @@ to the backend. With no model loaded every request fails at once with a clear er
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import queue
 import threading
@@ -15,6 +16,7 @@ from collections import deque
 from pathlib import Path
 
 import msgspec
+import numpy as np
 
 from .messages import (
     Choose, ChooseJob, Embed, EmbedJob, Failed, Generate, GenerateJob, GetInfo, Load, Loaded, ModelInfoEvent,
@@ -31,6 +33,7 @@ class LoadedModel:
     def __init__(self, spec: ModelSpec, model, tokenizer, states: dict, backend: Backend):
         self.spec, self.model, self.tokenizer, self.states, self.backend = spec, model, tokenizer, states, backend
         self.name = spec.name or Path(spec.path).stem
+        self.state_files: dict = {}  # (path, mtime) → State, for per-request `.state` files
 
     def describe(self) -> ModelInfoEvent:
         cache = self.backend.cache
@@ -40,15 +43,45 @@ class LoadedModel:
             cache_entries=len(cache), cache_bytes=cache.bytes, tokenizer=self.tokenizer,
         )
 
-    def initial_state(self, wanted: str | None):
-        """(partition, State or None) for a request's `state` field: an id or a name."""
+    def initial_state(self, wanted):
+        """(partition, State or None) for a request's `state`: a configured state's id or name,
+        a `.state` file in the models folder, or a State given inline. The partition keeps
+        prefix-cache entries of different initial states apart."""
+        from .rwkv.state import State
+
         if wanted is None:
             default = next((s for s in self.spec.states if s.default), None)
             return ("", None) if default is None else (default.id, self.states[default.id])
+        if isinstance(wanted, State):
+            wanted.check(self.model.info)
+            digest = hashlib.sha256()
+            for part in (wanted.att_shift, wanted.wkv, wanted.ffn_shift):
+                digest.update(np.ascontiguousarray(part, dtype=np.float32).tobytes())
+            return "inline:" + digest.hexdigest(), wanted
         for spec in self.spec.states:
             if wanted in (spec.id, spec.name):
                 return spec.id, self.states[spec.id]
+        if isinstance(wanted, str) and wanted.endswith(".state"):
+            return "file:" + wanted, self._state_file(wanted)
         raise LookupError(f"unknown state '{wanted}'")
+
+    def _state_file(self, name: str):
+        """A `.state` file inside the models folder, never a path outside it."""
+        from .rwkv import load_state
+
+        root = Path(self.spec.models_dir or Path(self.spec.path).parent).resolve()
+        path = (root / name).resolve()
+        if Path(name).is_absolute() or root not in path.parents:
+            raise LookupError(f"state file '{name}' is not inside the models folder")
+        if not path.is_file():
+            raise LookupError(f"state file '{name}' not found in the models folder")
+        key = (str(path), path.stat().st_mtime_ns)
+        if key not in self.state_files:
+            try:
+                self.state_files[key] = load_state(path, self.model.info)
+            except Exception as exc:  # ModelFileError: one line naming the file
+                raise LookupError(str(exc)) from None
+        return self.state_files[key]
 
 
 def build(spec: ModelSpec) -> LoadedModel:
@@ -171,7 +204,7 @@ class Middleware:
             return
         try:
             partition, initial = current.initial_state(request.state)
-        except LookupError as exc:
+        except (LookupError, ValueError) as exc:
             request.reply(Failed(str(exc), "bad_request"))
             return
         encode = current.tokenizer.encode

@@ -224,3 +224,26 @@ def test_read_state_continues_like_the_whole_text(middleware, model_files):
     continued, _ = model.forward(more, read.state)
     whole, _ = model.forward(tok.encode("Once upon a time") + more)
     np.testing.assert_allclose(continued, whole, atol=1e-5 * whole.std())
+
+
+def test_initial_state_from_a_file_in_the_models_folder_or_inline(middleware, tmp_path):
+    from ai00_like.rwkv import load_state
+    from ai00_like.rwkv.formats.safetensors import write_safetensors
+    from ai00_like.rwkv.info import detect
+    from ai00_like.rwkv.synthetic import make_state
+
+    models = tmp_path / "models"
+    models.mkdir()
+    path = write_model(models / "m.st", seed=8)
+    write_safetensors(make_state(2, 64, 32, seed=9), models / "tuned.state", layout="web-rwkv")
+    (tmp_path / "outside.state").write_bytes((models / "tuned.state").read_bytes())
+    load(middleware, spec(path))
+    plain = generate(middleware, PROMPTS[11], max_tokens=6).wait()
+    tuned = generate(middleware, PROMPTS[11], max_tokens=6, state="tuned.state").wait()
+    assert tuned.failed is None and tuned.tokens != plain.tokens
+    info = detect({k: a.shape for k, a in make_checkpoint("7", n_layer=2, n_embd=64, head_size=32, vocab=65536).items()})
+    inline = generate(middleware, PROMPTS[11], max_tokens=6, state=load_state(models / "tuned.state", info)).wait()
+    assert inline.tokens == tuned.tokens
+    for bad in ("../outside.state", str(tmp_path / "outside.state"), "missing.state", "no-such-id"):
+        result = generate(middleware, PROMPTS[11], max_tokens=2, state=bad).wait()
+        assert result.failed is not None and result.failed.kind == "bad_request", bad
