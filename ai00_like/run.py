@@ -163,7 +163,7 @@ class Backend:
     def _prefix(self, partition: str, tokens, initial):
         """Logits and state after `tokens`, from the prefix cache where it has them."""
         entry = self.cache.lookup(partition, tokens)
-        if entry is not None and entry.ready and (entry.length < len(tokens) or entry.logits is not None):
+        if entry is not None and entry.ready:
             state, logits = entry.state, entry.logits
             rest = tokens[entry.length :]
         else:

@@ -53,7 +53,11 @@ class StateCache:
         return len(self.entries)
 
     def lookup(self, partition: str, tokens: Sequence[int]) -> CacheEntry | None:
-        """The entry of the longest cached prefix of `tokens` (ready or reserved), or None."""
+        """The entry of the longest cached prefix of `tokens` (ready or reserved), or None.
+
+        An entry covering all of `tokens` must hold the logits after them (the next token is
+        sampled from those); a mid-prompt checkpoint of that length has none and is skipped.
+        """
         self.queries += 1
         lengths = self.lengths.get(partition)
         if not lengths:
@@ -63,6 +67,8 @@ class StateCache:
             if length > len(tokens):
                 continue
             entry = self.entries.get((partition, key[: 4 * length]))
+            if entry is not None and entry.ready and entry.logits is None and length == len(tokens):
+                continue
             if entry is not None:
                 self.entries.move_to_end((partition, entry.key))
                 if entry.ready:
