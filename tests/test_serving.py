@@ -247,3 +247,19 @@ def test_initial_state_from_a_file_in_the_models_folder_or_inline(middleware, tm
     for bad in ("../outside.state", str(tmp_path / "outside.state"), "missing.state", "no-such-id"):
         result = generate(middleware, PROMPTS[11], max_tokens=2, state=bad).wait()
         assert result.failed is not None and result.failed.kind == "bad_request", bad
+
+
+def test_a_prompt_sharing_part_of_a_long_one_resumes_from_the_deepest_checkpoint(middleware, model_files):
+    from ai00_like.rwkv.tokenizer import default_tokenizer_path, load_tokenizer
+
+    load(middleware, spec(model_files[0], checkpoint_interval=16, token_chunk_size=64))
+    words = [f"w{i}" for i in range(120)]
+    first = " ".join(words)
+    generate(middleware, first, max_tokens=1).wait()
+    second = " ".join(words[:70]) + " and now something else entirely"
+    result = generate(middleware, second, max_tokens=1).wait()
+    tok = load_tokenizer(default_tokenizer_path())
+    a, b = tok.encode(first), tok.encode(second)
+    shared = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    cached = result.started[0].cached_tokens
+    assert cached % 16 == 0 and shared - 16 < cached <= shared
