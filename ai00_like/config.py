@@ -129,6 +129,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             cache_bytes=self.model.cache_bytes,
             checkpoint_interval=self.model.checkpoint_interval,
             name=self.model.served_name,
+            models_dir=str(self.model_dir),
         )
 
 

@@ -74,7 +74,11 @@ CHAT_CASES = [
      "response_format.type"),
     ("forced tool call", {"messages": HI, "tools": [{"type": "function", "function": {"name": "f"}}],
                           "tool_choice": "required"}, 400, "tool_choice"),
-    ("inline state data", {"messages": HI, "state": {"data": [0.0], "id": "x"}}, 400, "state"),
+    ("inline state of the wrong size", {"messages": HI, "state": {"data": [0.0], "id": "x"}}, 400, "state.data"),
+    ("inline state of the wrong shape", {"messages": HI, "state": {"data": [0.0], "shape": [1, 2, 3, 1]}}, 400,
+     "state.shape"),
+    ("state file outside the models folder", {"messages": HI, "state": "../../x.state"}, 400, "state"),
+    ("unknown state", {"messages": HI, "state": "nope"}, 400, "state"),
 ]
 
 

@@ -452,3 +452,56 @@ def test_client_disconnect_cancels_generation(server, stream):
         assert spy.sent[0].cancel._event.wait(30), "the generation was not cancelled"
     # The slots are free again: a full batch of requests still completes.
     assert chat(server, n=4, max_tokens=2)["usage"]["completion_tokens"] == 8
+
+
+# ------------------------------------------------------------------------------ Ai00's chooses and states
+
+
+def test_chooses_ranks_by_perplexity(server, tokenizer):
+    # The most likely next token, with its log-probability, from a greedy completion.
+    top = server.post("/v1/completions", {"prompt": "The cat sat on the", "max_tokens": 1, "logprobs": 1,
+                                          **GREEDY}).json()["choices"][0]["logprobs"]
+    best, best_lp = top["tokens"][0], top["token_logprobs"][0]
+    assert len(tokenizer.encode(best)) == 1
+    choices = [" zebra crossing", best, "", " mat"]
+    body = server.post("/api/oai/chooses", {"input": ["The cat sat", " on the"], "choices": choices}).json()
+    data = body["data"]
+    assert body["object"] == "list" and body["model"] == "tiny"
+    assert [d["rank"] for d in data] == [0, 1, 2, 3]
+    assert sorted(d["index"] for d in data) == [0, 1, 2, 3]
+    assert all(d["choice"] == choices[d["index"]] for d in data)
+    scores = [d["perplexity"] for d in data]
+    assert scores[:3] == sorted(scores[:3]) and data[-1]["choice"] == "" and scores[-1] is None
+    # A one-token choice scores its negative log-probability, the same the sampler reports.
+    assert data[0]["choice"] == best and data[0]["perplexity"] == pytest.approx(-best_lp, abs=1e-4)
+    calibrated = server.post("/v1/chooses", {"input": "The cat sat on the", "choices": choices,
+                                             "calibrate": True}).json()["data"]
+    assert {d["index"]: d["perplexity"] for d in calibrated} != {d["index"]: d["perplexity"] for d in data}
+    assert server.post("/v1/chooses", {"input": "x", "choices": []}).status == 400
+
+
+def test_states_round_trip_through_the_state_field(server, tokenizer):
+    assert tokenizer.encode("Hello world") == tokenizer.encode("Hello") + tokenizer.encode(" world")
+    body = server.post("/api/oai/states", {"input": "Hello"}).json()
+    item = body["data"][0]
+    assert body["object"] == "list" and item["object"] == "states" and item["shape"] == [64, 34, 2, 1]
+    assert len(item["data"]) == 64 * 34 * 2 and body["usage"]["prompt_tokens"] == 1
+    whole = server.post("/v1/completions", {"prompt": "Hello world", "max_tokens": 6, **GREEDY}).json()
+    resumed = server.post("/v1/completions", {"prompt": " world", "max_tokens": 6, **GREEDY,
+                                              "state": {"data": item["data"], "shape": item["shape"]}}).json()
+    assert resumed["choices"][0]["text"] == whole["choices"][0]["text"]
+    packed = server.post("/v1/states", {"input": "Hello", "encoding_format": "base64"}).json()["data"][0]
+    again = server.post("/v1/completions", {"prompt": " world", "max_tokens": 6, **GREEDY,
+                                            "state": {"data": packed["data"]}}).json()
+    assert again["choices"][0]["text"] == whole["choices"][0]["text"]
+
+
+def test_state_field_takes_a_state_file_of_the_models_folder(server):
+    def reply(state):
+        return chat(server, messages=[{"role": "user", "content": "Hi"}], max_tokens=4, state=state,
+                    **GREEDY)["choices"][0]["message"]["content"]
+
+    assert reply("tuned.state") == reply("tuned")  # the same file as the configured state
+    assert reply({"path": "tuned.state"}) == reply("tuned")
+    missing = server.post("/v1/chat/completions", {"messages": HI, "state": "missing.state"})
+    assert missing.status == 400 and missing.json()["error"]["param"] == "state"

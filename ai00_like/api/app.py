@@ -27,7 +27,7 @@ from .errors import ApiError, error_middleware
 from .ai00 import admin
 from .ai00 import models as ai00_models
 from .ai00 import types as ai00
-from .oai import chat, completion, embedding, models
+from .oai import chat, choose, completion, embedding, models, state
 from .oai import types as oai
 from .openapi import OPENAPI_PATH, Route, openapi_document
 from .serving import Serving
@@ -49,6 +49,11 @@ OPENAI_ROUTES = [
           body=oai.CompletionRequest, returns=oai.Completion, streams=oai.Completion),
     Route("POST", "/embeddings", embedding.embeddings, "Mean last-layer hidden state, L2-normalised",
           body=oai.EmbeddingRequest, returns=oai.EmbeddingList),
+    # Ai00's additions to its OpenAI routes.
+    Route("POST", "/chooses", choose.chooses, "Rank choices by perplexity after an input (Ai00)",
+          body=oai.ChooseRequest, returns=oai.ChoiceList),
+    Route("POST", "/states", state.states, "The RNN state after an input, for the `state` field (Ai00)",
+          body=oai.StatesRequest, returns=oai.StateList),
 ]
 
 # Ai00's own routes, at Ai00's paths.

@@ -88,12 +88,13 @@ def from_validation(error: msgspec.ValidationError) -> ApiError:
     return bad_request(message, param)
 
 
-def from_failed(failed: Failed) -> ApiError:
-    """A backend failure as the status the client should see."""
+def from_failed(failed: Failed, param: str | None = None) -> ApiError:
+    """A backend failure as the status the client should see; `param`: the field a
+    bad_request most likely concerns (the middleware checks only what we cannot)."""
     if failed.kind in ("no_model", "unloaded"):
         return ApiError(503, failed.message, code="model_not_loaded", headers={"Retry-After": "1"})
     if failed.kind == "bad_request":
-        return bad_request(failed.message, None)
+        return bad_request(failed.message, param)
     return ApiError(500, failed.message, code=None)
 
 

@@ -66,6 +66,7 @@ def reload_spec(req: ReloadRequest, serving: Serving) -> ModelSpec:
         cache_bytes=config.model.cache_bytes,
         checkpoint_interval=config.model.checkpoint_interval,
         name=req.served_name,
+        models_dir=str(root),
     )
 
 

@@ -11,9 +11,10 @@ from ..errors import bad_request
 from ..prompt import DEFAULT_CHAT_STOP, render_chat
 from ..serving import Serving
 from .generation import (
-    GenerationRun, StreamFormat, chat_logprobs, fingerprint, initial_state, max_tokens, new_id, now,
+    GenerationRun, StreamFormat, chat_logprobs, fingerprint, max_tokens, new_id, now,
     sampling_options, stop_strings, stream,
 )
+from .state import requested_state
 from .types import (
     AssistantMessage, ChatChoice, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, ChunkChoice, Delta,
     Usage,
@@ -47,7 +48,7 @@ async def chat_completions(request: web.Request, serving: Serving):
     options = sampling_options(req, logprobs=req.logprobs, top_logprobs=req.top_logprobs)
     stop = stop_strings(req, DEFAULT_CHAT_STOP)
     model = serving.require_model(req.model)
-    state = initial_state(req, model)
+    state = requested_state(req.state, model)
     n = req.n or 1
 
     run = GenerationRun(serving, model, [rendered.prompt], n=n, options=options, max_tokens=budget, stop=stop,

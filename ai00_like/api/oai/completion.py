@@ -17,9 +17,10 @@ from ..body import decode_body
 from ..errors import bad_request
 from ..serving import Serving
 from .generation import (
-    GenerationRun, StreamFormat, fingerprint, initial_state, max_tokens, new_id, now, sampling_options,
+    GenerationRun, StreamFormat, fingerprint, max_tokens, new_id, now, sampling_options,
     stop_strings, stream, token_text,
 )
+from .state import requested_state
 from .types import Completion, CompletionChoice, CompletionRequest, LegacyLogprobs, Usage
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for this route
@@ -81,7 +82,7 @@ async def completions(request: web.Request, serving: Serving):
     options = sampling_options(req, logprobs=req.logprobs, top_logprobs=None)
     stop = stop_strings(req, ())
     model = serving.require_model(req.model)
-    state = initial_state(req, model)
+    state = requested_state(req.state, model)
     ident, created, fp = new_id("cmpl"), now(), fingerprint(model)
     echoes = [p if req.echo else "" for p in prompts for _ in range(n)]
     with_logprobs = req.logprobs is not None

@@ -23,12 +23,7 @@ from ..channel import EventChannel
 from ..errors import ApiError, bad_request, from_failed
 from ..serving import Serving
 from ..sse import EventStream
-from .types import (
-    ChoiceLogprobs, PromptTokensDetails, SamplingFields, StateRef, TokenLogprob, TopLogprob, Usage,
-)
-
-NIL_STATE = "00000000-0000-0000-0000-000000000000"  # Ai00's "no state": the default one
-
+from .types import ChoiceLogprobs, PromptTokensDetails, SamplingFields, TokenLogprob, TopLogprob, Usage
 
 # ---------------------------------------------------------------------------------- request side
 
@@ -67,22 +62,6 @@ def max_tokens(value: int | None, default: int, limit: int, *, field: str, minim
     return value
 
 
-def initial_state(req: SamplingFields, model: ModelInfoEvent) -> str | None:
-    """Ai00's `state`: a configured state's id or name (a string, or an object with id/name)."""
-    ref = req.state
-    if isinstance(ref, StateRef):
-        if ref.data is not None or ref.path is not None:
-            raise bad_request("Inline state data and state file paths are not accepted; name a state "
-                              "configured in [[state]] by its id or name", "state")
-        ref = ref.id or ref.name
-    if not ref or ref == NIL_STATE:
-        return None
-    if not any(ref in (s.id, s.name) for s in model.states):
-        known = ", ".join(s.name or s.id for s in model.states) or "none are configured"
-        raise bad_request(f"Unknown state '{ref}' (states: {known})", "state", code="state_not_found")
-    return ref
-
-
 # ---------------------------------------------------------------------------------- the run
 
 
@@ -101,8 +80,10 @@ class GenerationRun:
 
     def __init__(self, serving: Serving, model: ModelInfoEvent, prompts: list[str], *, n: int,
                  options: SamplingOptions, max_tokens: int, stop: tuple[str, ...], model_text: str = "",
-                 state: str | None = None):
+                 state=None):
         self.model, self.n, self.prompts = model, n, prompts
+        # A request the middleware refuses while a state was named is about that state.
+        self.failure_param = "state" if state is not None else None
         self.channel = EventChannel()
         self.cancel = Cancel()
         self.choices = [ChoiceResult() for _ in range(len(prompts) * n)]
@@ -131,7 +112,7 @@ class GenerationRun:
         index = prompt * self.n + getattr(event, "index", 0)
         if isinstance(event, Failed):
             self.close()
-            raise from_failed(event)
+            raise from_failed(event, self.failure_param)
         choice = self.choices[index]
         if isinstance(event, Started):
             if event.index == 0:

@@ -47,12 +47,15 @@ class ChatTemplate(msgspec.Struct):
 
 
 class StateRef(msgspec.Struct):
-    """Ai00's object form of `state`; only the reference to a configured state is accepted."""
+    """Ai00's object form of `state`: a reference (`id`, `name`, or a `.state` file `path` in
+    the models folder) or the state itself (`data` and `shape`, as /states returns them;
+    `data` as floats or base64 of little-endian float32)."""
 
     id: str | None = None
     name: str | None = None
     path: str | None = None
-    data: list[float] | None = None
+    data: list[float] | str | None = None
+    shape: list[int] | None = None
 
 
 class StreamOptions(msgspec.Struct):
@@ -105,6 +108,25 @@ class CompletionRequest(SamplingFields, kw_only=True):
     logprobs: Annotated[int, msgspec.Meta(ge=0, le=20)] | None = None
     suffix: str | None = None
     best_of: int | None = None
+
+
+class ChooseRequest(msgspec.Struct, kw_only=True):
+    """Ai00's /chooses: rank `choices` as continuations of `input` (a list is concatenated)."""
+
+    input: str | list[str]
+    choices: list[str]
+    calibrate: bool = False
+    state: str | StateRef | None = None
+    model: str | None = None
+
+
+class StatesRequest(msgspec.Struct, kw_only=True):
+    """Ai00's /states: the RNN state after `input` (a list is concatenated)."""
+
+    input: str | list[str]
+    state: str | StateRef | None = None
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"  # ours, as for embeddings
 
 
 class EmbeddingRequest(msgspec.Struct, kw_only=True):
@@ -247,3 +269,32 @@ class ModelCard(msgspec.Struct, kw_only=True):
 class ModelList(msgspec.Struct, kw_only=True):
     object: Literal["list"] = "list"
     data: list[ModelCard]
+
+
+class RankedChoice(msgspec.Struct, kw_only=True):
+    object: Literal["choice"] = "choice"
+    index: int  # position in the request's `choices`
+    rank: int  # 0 = most likely
+    choice: str
+    perplexity: float | None  # mean negative log-likelihood per token; null for an empty choice
+
+
+class ChoiceList(msgspec.Struct, kw_only=True):
+    object: Literal["list"] = "list"
+    model: str
+    data: list[RankedChoice]
+    usage: EmbeddingUsage
+
+
+class StateData(msgspec.Struct, kw_only=True):
+    object: Literal["states"] = "states"
+    index: int
+    data: list[float] | str
+    shape: list[int]
+
+
+class StateList(msgspec.Struct, kw_only=True):
+    object: Literal["list"] = "list"
+    model: str
+    data: list[StateData]
+    usage: EmbeddingUsage
