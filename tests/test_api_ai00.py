@@ -189,3 +189,33 @@ def test_openapi_document_lists_every_route_and_matches_the_responses(server):
     check("ErrorEnvelope", server.post("/v1/chat/completions", {"messages": []}).json())
     request = doc["paths"]["/v1/chat/completions"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert request == {"$ref": "#/components/schemas/ChatCompletionRequest"}
+
+
+def test_a_load_survives_its_client_disconnecting(fresh_server):
+    import socket
+    import threading
+
+    from ai00_like.messages import Load
+
+    serving = fresh_server.serving
+    sent, original = threading.Event(), serving.middleware.send
+
+    def spy(message):
+        original(message)
+        if isinstance(message, Load):
+            sent.set()
+
+    serving.middleware.send = spy
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", fresh_server.port, timeout=30)
+        conn.request("POST", "/admin/models/load", body=json.dumps({"model_path": "other.st"}),
+                     headers={"Content-Type": "application/json"})
+        assert sent.wait(30)
+        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        fresh_server.call(serving.wait_idle())
+    finally:
+        serving.middleware.send = original
+    # The HTTP tier knows the model the middleware now holds.
+    assert [m["id"] for m in fresh_server.get("/v1/models").json()["data"]] == ["other"]
+    assert fresh_server.post("/v1/chat/completions", {**HI, "model": "other"}).status == 200

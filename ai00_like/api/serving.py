@@ -69,7 +69,16 @@ class Serving:
     # ------------------------------------------------------------------ lifecycle
 
     async def load(self, spec: ModelSpec) -> ModelInfoEvent:
-        """Load (or replace) the model; the old one keeps serving until the new one is ready."""
+        """Load (or replace) the model; the old one keeps serving until the new one is ready.
+
+        Shielded: a client that disconnects while its load runs must not leave this tier
+        believing in a model other than the one the middleware ends up holding.
+        """
+        task = asyncio.ensure_future(self._load(spec))
+        task.add_done_callback(_retrieve)  # nobody may be left to await a failure
+        return await asyncio.shield(task)
+
+    async def _load(self, spec: ModelSpec) -> ModelInfoEvent:
         self.loading = spec
         self._loaded.clear()
         channel = EventChannel()
@@ -79,8 +88,9 @@ class Serving:
         try:
             event = await channel.first()
         finally:
-            self.loading = None
-            self._loaded.set()
+            if self.loading is spec:  # a later load may have started meanwhile
+                self.loading = None
+                self._loaded.set()
         if isinstance(event, Loaded):
             self.model, self.last_error = event.info, None
             try:
@@ -100,6 +110,9 @@ class Serving:
         raise ApiError(400 if client_side else 500, f"Loading the model failed: {message}", code="load_failed")
 
     async def unload(self) -> None:
+        await asyncio.shield(asyncio.ensure_future(self._unload()))
+
+    async def _unload(self) -> None:
         channel = EventChannel()
         self.middleware.send(Unload(channel.reply()))
         await channel.first()
@@ -131,3 +144,8 @@ class Serving:
                 pass  # already logged; the server keeps serving with no model
 
         return asyncio.get_running_loop().create_task(load_quietly())
+
+
+def _retrieve(task: asyncio.Task) -> None:
+    if not task.cancelled():
+        task.exception()
