@@ -121,7 +121,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             device=self.model.device,
             max_batch=self.model.max_batch,
             token_chunk_size=self.model.token_chunk_size,
-            loras=tuple(LoraSpec(str(self._in_model_dir(l.path)), l.alpha) for l in self.lora),
+            loras=tuple(LoraSpec(str(self._in_model_dir(lora.path)), lora.alpha) for lora in self.lora),
             states=tuple(
                 StateSpec(str(self._in_model_dir(s.path)), s.id, s.name or Path(s.path).name, s.default)
                 for s in self.state

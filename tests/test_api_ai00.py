@@ -7,7 +7,6 @@ import http.client
 import json
 
 import pytest
-
 from api_helpers import SCHEMAS, ServerThread, config_for, write_model, write_state
 
 HI = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
@@ -116,7 +115,8 @@ def test_admin_load_refuses_bad_requests(server, body, status, param):
 
 def test_failed_load_keeps_the_old_model(fresh_server):
     r = fresh_server.post("/admin/models/load", {"model_path": "broken.st"})
-    assert r.status == 400 and r.json()["error"]["code"] == "load_failed" and "broken.st" in r.json()["error"]["message"]
+    error = r.json()["error"]
+    assert r.status == 400 and error["code"] == "load_failed" and "broken.st" in error["message"]
     assert fresh_server.post("/v1/chat/completions", HI).status == 200
     assert fresh_server.get("/api/models/info").json()["last_error"]
 

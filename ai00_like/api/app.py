@@ -23,10 +23,10 @@ from aiohttp import web
 
 from ..config import Config
 from ..middleware import Middleware
-from .errors import ApiError, error_middleware
 from .ai00 import admin
 from .ai00 import models as ai00_models
 from .ai00 import types as ai00
+from .errors import ApiError, error_middleware
 from .oai import chat, choose, completion, embedding, models, state
 from .oai import types as oai
 from .openapi import OPENAPI_PATH, Route, openapi_document

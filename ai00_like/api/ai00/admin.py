@@ -61,7 +61,8 @@ def reload_spec(req: ReloadRequest, serving: Serving) -> ModelSpec:
         device=device,
         max_batch=req.max_batch or config.model.max_batch,
         token_chunk_size=req.token_chunk_size or config.model.token_chunk_size,
-        loras=tuple(LoraSpec(str(inside(root, l.path, f"lora[{i}].path")), l.alpha) for i, l in enumerate(req.lora)),
+        loras=tuple(LoraSpec(str(inside(root, lora.path, f"lora[{i}].path")), lora.alpha)
+                    for i, lora in enumerate(req.lora)),
         states=tuple(states),
         cache_bytes=config.model.cache_bytes,
         checkpoint_interval=config.model.checkpoint_interval,

@@ -56,7 +56,7 @@ def status(serving: Serving, event: ModelInfoEvent | None) -> ServerStatus:
     spec, root = event.spec, serving.config.model_dir
     reload = ReloadInfo(
         model_path=relative_to(spec.path, root),
-        lora=[LoraItem(path=relative_to(l.path, root), alpha=l.alpha) for l in spec.loras],
+        lora=[LoraItem(path=relative_to(lora.path, root), alpha=lora.alpha) for lora in spec.loras],
         state=[StateItem(path=relative_to(s.path, root), name=s.name, id=s.id, default=s.default)
                for s in spec.states],
         token_chunk_size=spec.token_chunk_size, max_batch=spec.max_batch,

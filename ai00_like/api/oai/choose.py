@@ -17,7 +17,7 @@ from ..channel import EventChannel
 from ..errors import ApiError, bad_request, from_failed
 from ..serving import Serving
 from .state import joined, requested_state
-from .types import ChooseRequest, ChoiceList, EmbeddingUsage, RankedChoice
+from .types import ChoiceList, ChooseRequest, EmbeddingUsage, RankedChoice
 
 MAX_CHOICES = 1024
 
