@@ -220,3 +220,17 @@ def test_ai00_like_without_a_command_serves(tmp_path):
         proc.wait(30)
     assert proc.returncode == 0, rest
     assert "absent.st not found" in "".join(lines) + rest
+
+
+@pytest.mark.skipif(not (ROOT / "assets/models/demo.st").exists(), reason="the demo model is not in this checkout")
+def test_the_shipped_config_serves_the_demo_model():
+    config = load_config(SHIPPED)
+    config.listen.port = 0
+    with ServerThread(config) as server:
+        assert server.serving.model is not None, server.serving.last_error
+        client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        reply = client.chat.completions.create(model="demo", messages=[{"role": "user", "content": "Who was Ruth?"}],
+                                               max_tokens=40, temperature=0)
+        choice = reply.choices[0]
+        assert choice.message.content.strip() and "\n\n" not in choice.message.content
+        assert choice.finish_reason in ("stop", "length")
