@@ -197,16 +197,21 @@ class Middleware:
 
         threading.Thread(target=work, name="model-loader", daemon=True).start()
 
-    def _with_initial_state(self, request) -> None:
-        current = self.current
-        if current is None:
+    def _resolve(self, request):
+        """(model, cache partition, initial state) for a request, or None once it got its error."""
+        if self.current is None:
             request.reply(Failed("no model is loaded", "no_model"))
-            return
+            return None
         try:
-            partition, initial = current.initial_state(request.state)
+            return (self.current, *self.current.initial_state(request.state))
         except (LookupError, ValueError) as exc:
             request.reply(Failed(str(exc), "bad_request"))
+            return None
+
+    def _with_initial_state(self, request) -> None:
+        if (resolved := self._resolve(request)) is None:
             return
+        current, partition, initial = resolved
         encode = current.tokenizer.encode
         prompt = tuple(encode(request.prompt) or [0])
         if isinstance(request, Choose):
@@ -216,18 +221,16 @@ class Middleware:
             current.backend.submit(StateJob(prompt, request.reply, partition, initial))
 
     def _generate(self, request: Generate) -> None:
-        from .sampler import RequestSampler, SamplerError
+        from .sampler import RequestSampler
 
-        current = self.current
-        if current is None:
-            request.reply(Failed("no model is loaded", "no_model"))
+        if (resolved := self._resolve(request)) is None:
             return
+        current, partition, initial = resolved
         try:
-            partition, initial = current.initial_state(request.state)
             tokens = current.tokenizer.encode(request.prompt) or [0]  # an empty prompt is end-of-text
             model_tokens = current.tokenizer.encode(request.model_text) if request.model_text else []
             first = RequestSampler(request.options, current.model.info.vocab, model_tokens)
-        except (LookupError, SamplerError, ValueError) as exc:
+        except ValueError as exc:  # SamplerError among them
             request.reply(Failed(str(exc), "bad_request"))
             return
         samplers = (first,) + tuple(first.clone(i) for i in range(1, request.n))
