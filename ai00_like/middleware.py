@@ -152,8 +152,12 @@ class Middleware:
             if self.current is None:
                 message.reply(Failed("no model is loaded", "no_model"))
             else:
-                encode = self.current.tokenizer.encode
-                self.current.backend.submit(EmbedJob(tuple(tuple(encode(t) or [0]) for t in message.texts), message.reply))
+                try:
+                    token_lists = tuple(self._encode(self.current, t) for t in message.texts)
+                except ValueError as exc:
+                    message.reply(Failed(str(exc), "bad_request"))
+                else:
+                    self.current.backend.submit(EmbedJob(token_lists, message.reply))
         elif isinstance(message, (Choose, ReadState)):
             self._with_initial_state(message)
         elif isinstance(message, GetInfo):
@@ -197,6 +201,14 @@ class Middleware:
 
         threading.Thread(target=work, name="model-loader", daemon=True).start()
 
+    def _encode(self, current, text: str) -> tuple[int, ...]:
+        """Token ids of `text` (end-of-text for an empty one), checked against the model's vocabulary."""
+        tokens = tuple(current.tokenizer.encode(text)) or (0,)
+        if max(tokens) >= current.model.info.vocab:
+            raise ValueError(f"token id {max(tokens)} is outside the model's vocabulary of "
+                             f"{current.model.info.vocab}: the tokenizer does not belong to this model")
+        return tokens
+
     def _resolve(self, request):
         """(model, cache partition, initial state) for a request, or None once it got its error."""
         if self.current is None:
@@ -212,10 +224,13 @@ class Middleware:
         if (resolved := self._resolve(request)) is None:
             return
         current, partition, initial = resolved
-        encode = current.tokenizer.encode
-        prompt = tuple(encode(request.prompt) or [0])
+        try:
+            prompt = self._encode(current, request.prompt)
+            choices = tuple(self._encode(current, c) if c else () for c in getattr(request, "choices", ()))
+        except ValueError as exc:
+            request.reply(Failed(str(exc), "bad_request"))
+            return
         if isinstance(request, Choose):
-            choices = tuple(tuple(encode(c)) for c in request.choices)
             current.backend.submit(ChooseJob(prompt, choices, request.calibrate, request.reply, partition, initial))
         else:
             current.backend.submit(StateJob(prompt, request.reply, partition, initial))
@@ -227,7 +242,7 @@ class Middleware:
             return
         current, partition, initial = resolved
         try:
-            tokens = current.tokenizer.encode(request.prompt) or [0]  # an empty prompt is end-of-text
+            tokens = self._encode(current, request.prompt)
             model_tokens = current.tokenizer.encode(request.model_text) if request.model_text else []
             first = RequestSampler(request.options, current.model.info.vocab, model_tokens)
         except ValueError as exc:  # SamplerError among them

@@ -65,7 +65,6 @@ class Backend:
         self.inbox: queue.Queue = queue.Queue()
         self.steps = 0
         self.step_tokens = 0
-        self._stop_error: str | None = None
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
@@ -118,17 +117,16 @@ class Backend:
                         seq.send(Failed(f"internal error: {exc}", "internal", seq.index))
 
     def _enqueue(self, job) -> None:
-        if isinstance(job, EmbedJob):
-            self._embed(job)
+        if isinstance(job, GenerateJob):
+            self.waiting.extend(Sequence(job, index) for index in range(len(job.samplers)))
             return
-        if isinstance(job, ChooseJob):
-            self._choose(job)
-            return
-        if isinstance(job, StateJob):
-            self._read_state(job)
-            return
-        for index in range(len(job.samplers)):
-            self.waiting.append(Sequence(job, index))
+        # The other kinds need no slot: they run here, between two steps.
+        run = {EmbedJob: self._embed, ChooseJob: self._choose, StateJob: self._read_state}[type(job)]
+        try:
+            run(job)
+        except Exception as exc:
+            log.exception("%s failed", type(job).__name__)
+            job.reply(Failed(f"internal error: {exc}", "internal"))
 
     def _drop_cancelled(self) -> None:
         for seq in [s for s in self.slots if s is not None and s.job.cancel.cancelled]:

@@ -263,3 +263,12 @@ def test_a_prompt_sharing_part_of_a_long_one_resumes_from_the_deepest_checkpoint
     shared = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
     cached = result.started[0].cached_tokens
     assert cached % 16 == 0 and shared - 16 < cached <= shared
+
+
+def test_a_tokenizer_that_does_not_fit_the_model_is_a_clear_error(middleware, tmp_path):
+    small = tmp_path / "small.st"
+    write_safetensors(make_checkpoint("7", n_layer=1, n_embd=64, head_size=32, vocab=300, seed=1), small)
+    load(middleware, spec(str(small)))
+    result = generate(middleware, "Hello world, this needs big token ids", max_tokens=2).wait()
+    assert result.failed is not None and result.failed.kind == "bad_request" and "vocabulary" in result.failed.message
+    assert generate(middleware, "\x01\x02", max_tokens=2).wait().finish == ["length"]  # byte tokens fit
