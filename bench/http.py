@@ -166,10 +166,10 @@ async def _stream(session: aiohttp.ClientSession, url: str, prompt: str, max_tok
     async with session.post(url, json=body) as resp:
         resp.raise_for_status()
         async for line in resp.content:
-            if line.startswith(b"data: {"):
-                chunk = json.loads(line[6:])
-                if chunk.get("usage"):
-                    tokens = chunk["usage"]["completion_tokens"]
+            # Only the usage chunk is parsed: the clients share the machine with the server,
+            # and their own work should not count against it.
+            if line.startswith(b'data: {') and b'"usage"' in line:
+                tokens = json.loads(line[6:])["usage"]["completion_tokens"]
     return tokens
 
 
