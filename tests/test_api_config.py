@@ -157,6 +157,8 @@ def test_api_keys_guard_the_openai_routes(tmp_path):
         assert denied.status == 401 and denied.json()["error"]["code"] == "invalid_api_key"
         SCHEMAS.check("ErrorResponse", denied.json())
         assert server.get("/v1/models", headers={"Authorization": "Bearer sk-wrong"}).status == 401
+        non_ascii = "Bearer sk-\u00e9t\u00e9".encode("latin-1")
+        assert server.get("/v1/models", headers={"Authorization": non_ascii}).status == 401
         assert server.get("/api/oai/models", headers={"Authorization": "Bearer sk-two"}).status == 200
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=server.base_url, api_key="sk-nope", max_retries=0).models.list()

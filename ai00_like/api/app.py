@@ -106,6 +106,11 @@ def add_routes(app: web.Application) -> None:
 # ------------------------------------------------------------------------------ middlewares
 
 
+def same_secret(given: str, expected: str) -> bool:
+    # Bytes, because compare_digest refuses non-ASCII str (a header may carry anything).
+    return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), expected.encode("utf-8"))
+
+
 @web.middleware
 async def api_key_middleware(request: web.Request, handler):
     serving = request.app[SERVING]
@@ -118,7 +123,7 @@ async def api_key_middleware(request: web.Request, handler):
     if keys and request.method != "OPTIONS" and request.path.startswith(("/v1/", "/api/")):
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         given = given.strip()
-        if scheme.lower() != "bearer" or not any(hmac.compare_digest(given, k) for k in keys):
+        if scheme.lower() != "bearer" or not any(same_secret(given, k) for k in keys):
             raise ApiError(401, "Missing or invalid API key: send 'Authorization: Bearer <key>' with a key from "
                            "[listen] api_keys", code="invalid_api_key")
     return await handler(request)

@@ -117,7 +117,7 @@ def admin_refusal(request: web.Request, serving: Serving) -> ApiError | None:
         if not given:
             return ApiError(401, "Admin routes need the admin key: 'Authorization: Bearer <[listen] admin_key>'",
                             code="invalid_api_key")
-        if not hmac.compare_digest(given, key):
+        if not hmac.compare_digest(given.encode("utf-8", "surrogateescape"), key.encode("utf-8")):
             return ApiError(403, "Wrong admin key", code="invalid_api_key")
         return None
     if not is_loopback(serving.listen_host):
