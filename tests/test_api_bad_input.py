@@ -66,6 +66,10 @@ CHAT_CASES = [
     ("top_logprobs too many", {"messages": HI, "logprobs": True, "top_logprobs": 50}, 400, "top_logprobs"),
     ("logit_bias key", {"messages": HI, "logit_bias": {"hello": 1}}, 400, "logit_bias"),
     ("logit_bias value", {"messages": HI, "logit_bias": {"5": 500}}, 400, "logit_bias"),
+    ("logit_bias id beyond the vocabulary", {"messages": HI, "logit_bias": {"70000": 5}}, 400, "logit_bias"),
+    ("logit_bias id beyond int64", {"messages": HI, "logit_bias": {"99999999999999999999": 5}}, 400, "logit_bias"),
+    ("nested too deeply", b'{"messages": [{"role": "user", "content": "hi"}], "tools": ' + b"[" * 50000
+     + b"]" * 50000 + b"}", 400, None),
     ("stop a number", {"messages": HI, "stop": 5}, 400, "stop"),
     ("unknown sampler", {"messages": HI, "sampler": {"type": "Bogus"}}, 400, "sampler.type"),
     ("sampler out of range", {"messages": HI, "sampler": {"type": "Nucleus", "top_p": 7}}, 400, "sampler"),
@@ -92,6 +96,8 @@ def test_bad_chat_requests(server, name, body, status, param):
 
 COMPLETION_CASES = [
     ("token prompt", {"prompt": [1, 2, 3]}, 400, "prompt[0]"),
+    ("nested prompt", b'{"prompt": ' + b"[" * 50000 + b"]" * 50000 + b"}", 400, None),
+    ("logit_bias id beyond the vocabulary", {"prompt": "a", "logit_bias": {"65536": 1}}, 400, "logit_bias"),
     ("empty prompt list", {"prompt": []}, 400, "prompt"),
     ("suffix", {"prompt": "a", "suffix": "b"}, 400, "suffix"),
     ("legacy logprobs too many", {"prompt": "a", "logprobs": 50}, 400, "logprobs"),

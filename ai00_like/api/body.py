@@ -52,3 +52,5 @@ async def decode_body(request: web.Request, type_: type[T], limit: int) -> T:
         raise from_validation(e) from None
     except (msgspec.DecodeError, UnicodeDecodeError) as e:
         raise bad_request(f"Request body is not valid JSON: {e}", None, code="invalid_json") from None
+    except RecursionError:
+        raise bad_request("Request body is nested too deeply", None, code="invalid_json") from None

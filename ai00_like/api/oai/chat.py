@@ -11,7 +11,7 @@ from ..errors import bad_request
 from ..prompt import DEFAULT_CHAT_STOP, render_chat
 from ..serving import Serving
 from .generation import (
-    GenerationRun, StreamFormat, chat_logprobs, fingerprint, max_tokens, new_id, now,
+    GenerationRun, StreamFormat, chat_logprobs, check_logit_bias, fingerprint, max_tokens, new_id, now,
     sampling_options, stop_strings, stream,
 )
 from .state import requested_state
@@ -49,6 +49,7 @@ async def chat_completions(request: web.Request, serving: Serving):
     stop = stop_strings(req, DEFAULT_CHAT_STOP)
     model = serving.require_model(req.model)
     state = requested_state(req.state, model)
+    check_logit_bias(options, model.info.vocab)
     n = req.n or 1
 
     run = GenerationRun(serving, model, [rendered.prompt], n=n, options=options, max_tokens=budget, stop=stop,

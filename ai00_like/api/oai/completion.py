@@ -17,7 +17,7 @@ from ..body import decode_body
 from ..errors import bad_request
 from ..serving import Serving
 from .generation import (
-    GenerationRun, StreamFormat, fingerprint, max_tokens, new_id, now, sampling_options,
+    GenerationRun, StreamFormat, check_logit_bias, fingerprint, max_tokens, new_id, now, sampling_options,
     stop_strings, stream, token_text,
 )
 from .state import requested_state
@@ -83,6 +83,7 @@ async def completions(request: web.Request, serving: Serving):
     stop = stop_strings(req, ())
     model = serving.require_model(req.model)
     state = requested_state(req.state, model)
+    check_logit_bias(options, model.info.vocab)
     ident, created, fp = new_id("cmpl"), now(), fingerprint(model)
     echoes = [p if req.echo else "" for p in prompts for _ in range(n)]
     with_logprobs = req.logprobs is not None

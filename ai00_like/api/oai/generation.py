@@ -41,6 +41,14 @@ def sampling_options(req: SamplingFields, *, logprobs: bool | int | None, top_lo
         raise bad_request(str(e), e.field) from None
 
 
+def check_logit_bias(options: SamplingOptions, vocab: int) -> None:
+    """Token ids of `logit_bias` must exist in this model's vocabulary."""
+    for token in options.logit_bias:
+        if not 0 <= token < vocab:
+            raise bad_request(f"logit_bias: token id {token} is outside this model's vocabulary (0..{vocab - 1})",
+                              "logit_bias")
+
+
 def stop_strings(req: SamplingFields, default: tuple[str, ...]) -> tuple[str, ...]:
     """`stop` as a tuple; absent → `default`, explicit null → none (as Ai00). Any count is fine."""
     if req.stop is msgspec.UNSET:
