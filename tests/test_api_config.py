@@ -236,3 +236,14 @@ def test_the_shipped_config_serves_the_demo_model():
         choice = reply.choices[0]
         assert choice.message.content.strip() and "\n\n" not in choice.message.content
         assert choice.finish_reason in ("stop", "length")
+
+
+def test_model_ids_may_contain_slashes(tmp_path):
+    write_model(tmp_path / "tiny.st")
+    with ServerThread(config_for(tmp_path, 'served_name = "RWKV/rwkv-tiny"')) as server:
+        assert server.get("/v1/models").json()["data"][0]["id"] == "RWKV/rwkv-tiny"
+        assert server.get("/v1/models/RWKV/rwkv-tiny").json()["id"] == "RWKV/rwkv-tiny"
+        assert server.get("/v1/models/RWKV/other").json()["error"]["code"] == "model_not_found"
+        client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        assert client.chat.completions.create(model="RWKV/rwkv-tiny", messages=[{"role": "user", "content": "hi"}],
+                                              max_tokens=1).model == "RWKV/rwkv-tiny"

@@ -41,7 +41,8 @@ SERVING = web.AppKey("serving", Serving)
 OPENAI_PREFIXES = ("/v1", "/api/oai/v1", "/api/oai")
 OPENAI_ROUTES = [
     Route("GET", "/models", models.list_models, "List the loaded model", returns=oai.ModelList),
-    Route("GET", "/models/{model}", models.retrieve_model, "The loaded model, by id, file name or alias",
+    # Ids may contain "/" (Hugging Face style names, e.g. a served_name "RWKV/rwkv-7-world").
+    Route("GET", "/models/{model:.+}", models.retrieve_model, "The loaded model, by id, file name or alias",
           returns=oai.ModelCard),
     Route("POST", "/chat/completions", chat.chat_completions, "Chat (RWKV prompt from Ai00's template)",
           body=oai.ChatCompletionRequest, returns=oai.ChatCompletion, streams=oai.ChatCompletionChunk),

@@ -7,6 +7,7 @@ encode, so the document cannot drift from what the server does.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ import msgspec
 from .errors import ErrorEnvelope
 
 OPENAPI_PATH = "/api-docs/openapi.json"
+_PATTERN = re.compile(r"\{(\w+):[^}]*\}")
 REF = "#/components/schemas/{name}"
 
 
@@ -38,7 +40,8 @@ def openapi_document(routes: list[tuple[str, Route]], version: str = "0.1.0") ->
     error = {"description": "Error (OpenAI's envelope)",
              "content": {"application/json": {"schema": schema_of[ErrorEnvelope]}}}
     paths: dict[str, dict] = {}
-    for path, route in routes:
+    for routed_path, route in routes:
+        path = _PATTERN.sub(r"{\1}", routed_path)  # aiohttp's {name:regex} → OpenAPI's {name}
         operation: dict = {"summary": route.summary, "operationId": f"{route.method.lower()}{_camel(path)}"}
         if route.body is not None:
             operation["requestBody"] = {"required": True,
