@@ -67,11 +67,15 @@ class Client:
     def __init__(self):
         self.events: queue.Queue = queue.Queue()
         self.first_token_at = None
+        self.token_times: list[float] = []
         self.tokens = 0
 
     def __call__(self, event):
-        if isinstance(event, TextPiece) and event.tokens and self.first_token_at is None:
-            self.first_token_at = time.perf_counter()
+        if isinstance(event, TextPiece) and event.tokens:
+            now = time.perf_counter()
+            if self.first_token_at is None:
+                self.first_token_at = now
+            self.token_times.extend([now] * len(event.tokens))
         self.events.put(event)
 
     def wait(self):
@@ -105,10 +109,14 @@ def serving_rate(path, concurrent: int, max_tokens: int) -> float:
     mw = start(path, concurrent)
     try:
         send(mw, "warm up", 2).wait()
-        t = time.perf_counter()
         clients = [send(mw, f"Request {i}:", max_tokens) for i in range(concurrent)]
-        total = sum(c.wait().tokens for c in clients)
-        return total / (time.perf_counter() - t)
+        for c in clients:
+            c.wait()
+        # Decoding only: from the moment every request has its first token (all prompts
+        # are in) to the last token.
+        all_in = max(c.first_token_at for c in clients)
+        end = max(c.token_times[-1] for c in clients)
+        return sum(sum(t > all_in for t in c.token_times) for c in clients) / (end - all_in)
     finally:
         mw.close()
 
@@ -156,7 +164,7 @@ def main() -> None:
     print(f"{'concurrent':>10}{'serving tok/s':>16}{'engine tok/s':>15}{'ratio':>8}")
     for n in (1, 4, 16, 64):
         engine = engine_step_rate(path, n)
-        serving = serving_rate(path, n, max_tokens=32 if n < 64 else 16)
+        serving = serving_rate(path, n, max_tokens=32)
         results["decode"][n] = {"serving_tps": serving, "engine_tps": engine, "ratio": serving / engine}
         print(f"{n:>10}{serving:>16.1f}{engine:>15.1f}{serving / engine:>8.2f}")
     cold, hit, _ = ttft_cold_and_hit(path)
