@@ -78,6 +78,14 @@ class Unload(msgspec.Struct, frozen=True):
     reply: Reply
 
 
+class Save(msgspec.Struct, frozen=True):
+    """Write the loaded model (LoRAs merged) as safetensors, official layout, to a new file."""
+
+    path: str
+    reply: Reply
+    dtype: Literal["fp16", "fp32", "bf16"] = "fp16"
+
+
 class GetInfo(msgspec.Struct, frozen=True):
     reply: Reply
 
@@ -154,6 +162,11 @@ class Loaded(msgspec.Struct, frozen=True):
 
 class Unloaded(msgspec.Struct, frozen=True):
     pass
+
+
+class Saved(msgspec.Struct, frozen=True):
+    path: str
+    bytes: int
 
 
 class Failed(msgspec.Struct, frozen=True):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import queue
 import threading
 from collections import deque
@@ -20,7 +21,7 @@ import numpy as np
 
 from .messages import (
     Choose, ChooseJob, Embed, EmbedJob, Failed, Generate, GenerateJob, GetInfo, Load, Loaded, ModelInfoEvent,
-    ModelSpec, ReadState, StateJob, Unload, Unloaded,
+    ModelSpec, ReadState, Save, Saved, StateJob, Unload, Unloaded,
 )
 from .run import Backend
 
@@ -176,6 +177,8 @@ class Middleware:
             self._loading = False
             message.load.reply(Failed(message.error, "load_failed"))
             self._next_load()
+        elif isinstance(message, Save):
+            self._save(message)
         elif isinstance(message, Unload):
             if self.current is not None:
                 self.current.backend.stop("the model was unloaded")
@@ -200,6 +203,32 @@ class Middleware:
                 self.inbox.put(_Swap(loaded, load))
 
         threading.Thread(target=work, name="model-loader", daemon=True).start()
+
+    def _save(self, request: Save) -> None:
+        """Write the model in a worker thread (seconds for a large model); never over a file."""
+        from .rwkv.formats.safetensors import write_safetensors
+
+        if self.current is None:
+            request.reply(Failed("no model is loaded", "no_model"))
+            return
+        tensors, target = self.current.model.tensors, Path(request.path)
+        if target.exists():
+            request.reply(Failed(f"{target.name} exists already; saving never overwrites a file", "bad_request"))
+            return
+
+        def work():
+            partial = target.with_name(target.name + ".part")
+            try:
+                write_safetensors(tensors, partial, dtype=request.dtype)
+                os.replace(partial, target)  # a reader never sees a half-written file
+            except Exception as exc:
+                partial.unlink(missing_ok=True)
+                log.warning("saving %s failed: %s", target, exc)
+                request.reply(Failed(f"saving {target.name} failed: {exc}", "internal"))
+            else:
+                request.reply(Saved(str(target), target.stat().st_size))
+
+        threading.Thread(target=work, name="model-saver", daemon=True).start()
 
     def _encode(self, current, text: str) -> tuple[int, ...]:
         """Token ids of `text` (end-of-text for an empty one), checked against the model's vocabulary."""

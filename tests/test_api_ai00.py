@@ -130,9 +130,25 @@ def test_admin_unload_then_load(fresh_server):
     assert fresh_server.post("/v1/chat/completions", HI).status == 200
 
 
-def test_admin_save_is_not_supported(server):
-    r = server.post("/admin/models/save", {"path": "x.prefab"})
-    assert r.status == 501 and r.json()["error"]["type"] == "not_supported_error"
+def test_admin_save_writes_the_loaded_model_once(tmp_path):
+    import numpy as np
+
+    from ai00_like.rwkv import load_model
+
+    write_model(tmp_path / "tiny.st")
+    with ServerThread(config_for(tmp_path, max_batch=1)) as server:
+        r = server.post("/admin/models/save", {"path": "copy.st", "dtype": "fp32"})
+        assert r.status == 200 and r.json()["path"] == "copy.st"
+        assert r.json()["bytes"] == (tmp_path / "copy.st").stat().st_size
+        again = server.post("/admin/models/save", {"path": "copy.st"})
+        assert again.status == 409 and again.json()["error"]["param"] == "path"
+        outside = server.post("/admin/models/save", {"path": "../escape.st"})
+        assert outside.status == 403 and not (tmp_path.parent / "escape.st").exists()
+        assert server.post("/admin/models/save", {}).status == 400
+    want, _ = load_model(tmp_path / "tiny.st").forward([1, 2, 3])
+    got, _ = load_model(tmp_path / "copy.st").forward([1, 2, 3])
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * want.std())
+    assert not list(tmp_path.glob("*.part"))
 
 
 def test_admin_key(model_dir):

@@ -69,7 +69,7 @@ AI00_ROUTES = [
           returns=ai00.ServerStatus),
     Route("GET", "/admin/models/unload", admin.unload, "Unload the model", returns=ai00.ServerStatus),
     Route("POST", "/admin/models/unload", admin.unload, "Unload the model", returns=ai00.ServerStatus),
-    Route("POST", "/admin/models/save", admin.save, "Not supported (501)", body=ai00.SaveRequest),
+    Route("POST", "/admin/models/save", admin.save, "Write the loaded model (LoRAs merged) as safetensors in the models folder", body=ai00.SaveRequest),
 ]
 
 

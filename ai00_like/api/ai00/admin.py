@@ -14,13 +14,14 @@ from pathlib import Path
 
 from aiohttp import web
 
-from ...messages import LoraSpec, ModelSpec, StateSpec
+from ...messages import Failed, LoraSpec, ModelSpec, Save, StateSpec
 from ...rwkv import DEVICES
 from ..body import decode_body
-from ..errors import ApiError, bad_request
+from ..channel import EventChannel
+from ..errors import ApiError, bad_request, from_failed
 from ..serving import Serving
 from .models import live_info, status
-from .types import ReloadRequest, SaveRequest, ServerStatus
+from .types import ReloadRequest, SaveRequest, SaveResponse, ServerStatus
 
 
 def inside(root: Path, wanted: str, param: str, *, must_exist: bool = True) -> Path:
@@ -84,11 +85,29 @@ async def unload(request: web.Request, serving: Serving) -> ServerStatus:
     return status(serving, None)
 
 
-async def save(request: web.Request, serving: Serving):
-    await decode_body(request, SaveRequest, serving.config.listen.max_body_bytes)
-    raise ApiError(501, "Saving the loaded model (Ai00's .prefab export) is not supported: this engine keeps "
-                   "fp32 weights, so the source file already is the model; convert files with "
-                   "'ai00-like convert'", type="not_supported_error", code="not_supported")
+async def save(request: web.Request, serving: Serving) -> SaveResponse:
+    """Write the loaded model, LoRAs merged, as safetensors inside the models folder.
+
+    Ai00 writes a CBOR "prefab" of its quantised GPU model; ours is a plain official-layout
+    .st that every loader (ours, Ai00's converter path, the reference after conversion) reads.
+    """
+    req = await decode_body(request, SaveRequest, serving.config.listen.max_body_bytes)
+    name = req.path or req.model_path
+    if not name:
+        raise bad_request("'path' must name the file to write, inside the models folder", "path")
+    root = serving.config.model_dir
+    target = inside(root, name, "path", must_exist=False)
+    if target.exists():
+        raise ApiError(409, f"'path': {name} exists already; saving never overwrites a file", param="path",
+                       code="file_exists")
+    if serving.model is None:
+        raise serving.unavailable()
+    channel = EventChannel()
+    serving.middleware.send(Save(str(target), channel.reply(), req.dtype))
+    event = await channel.first()
+    if isinstance(event, Failed):
+        raise from_failed(event, "path")
+    return SaveResponse(path=str(Path(event.path).relative_to(root.resolve())), bytes=event.bytes)
 
 
 # ------------------------------------------------------------------------------ who may use them

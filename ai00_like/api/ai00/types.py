@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 
@@ -101,4 +103,12 @@ class ModelFile(msgspec.Struct, kw_only=True):
 class SaveRequest(msgspec.Struct, kw_only=True):
     path: str | None = None
     model_path: str | None = None
+    dtype: Literal["fp16", "fp32", "bf16"] = "fp16"  # ours: storage type of the written weights
+
+
+class SaveResponse(msgspec.Struct, kw_only=True):
+    """Ours: what was written (Ai00 answers an empty 200)."""
+
+    path: str  # relative to the models folder
+    bytes: int
 

@@ -25,6 +25,7 @@ class CpuModel:
     def __init__(self, tensors: Mapping[str, np.ndarray], info: ModelInfo, max_batch: int = 1,
                  initial_state: State | None = None):
         self.info = info
+        self.tensors = tensors  # as loaded (LoRAs merged), for saving; the layers below share them
         vec = lambda name: np.asarray(tensors[name], dtype=np.float32).reshape(-1)  # noqa: E731
         # ln0 is applied to the gathered rows each step rather than folded into a copy of
         # the embedding: the (possibly memory-mapped) embedding is never duplicated.
