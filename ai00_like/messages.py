@@ -72,6 +72,7 @@ class ModelSpec(msgspec.Struct, frozen=True):
 class Load(msgspec.Struct, frozen=True):
     spec: ModelSpec
     reply: Reply
+    progress: Any = None  # optional progress(done, total) callable, from the loading thread
 
 
 class Unload(msgspec.Struct, frozen=True):

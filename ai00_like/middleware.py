@@ -85,13 +85,13 @@ class LoadedModel:
         return self.state_files[key]
 
 
-def build(spec: ModelSpec) -> LoadedModel:
+def build(spec: ModelSpec, progress=None) -> LoadedModel:
     """Load model, tokenizer and initial states, and start a backend for them."""
     from .rwkv import load_model, load_state
     from .rwkv.tokenizer import default_tokenizer_path, load_tokenizer
 
     model = load_model(spec.path, spec.device, max_batch=spec.max_batch,
-                       loras=[(lora.path, lora.alpha) for lora in spec.loras])
+                       loras=[(lora.path, lora.alpha) for lora in spec.loras], progress=progress)
     tokenizer = load_tokenizer(spec.tokenizer or default_tokenizer_path())
     states = {s.id: load_state(s.path, model.info) for s in spec.states}
     backend = Backend(model, tokenizer, token_chunk_size=spec.token_chunk_size, cache_bytes=spec.cache_bytes,
@@ -195,7 +195,7 @@ class Middleware:
 
         def work():
             try:
-                loaded = self.builder(load.spec)
+                loaded = self.builder(load.spec, load.progress) if load.progress else self.builder(load.spec)
             except Exception as exc:  # ModelFileError and friends: one line for the user
                 log.warning("loading %s failed: %s", load.spec.path, exc)
                 self.inbox.put(_LoadFailed(str(exc), load))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -84,10 +85,13 @@ class Serving:
         channel = EventChannel()
         started = time.monotonic()
         log.info("loading model %s", spec.path)
-        self.middleware.send(Load(spec, channel.reply()))
+        bar = _progress_bar(Path(spec.path).name)
+        self.middleware.send(Load(spec, channel.reply(), bar.update if bar else None))
         try:
             event = await channel.first()
         finally:
+            if bar:
+                bar.close()
             if self.loading is spec:  # a later load may have started meanwhile
                 self.loading = None
                 self._loaded.set()
@@ -149,3 +153,24 @@ class Serving:
 def _retrieve(task: asyncio.Task) -> None:
     if not task.cancelled():
         task.exception()
+
+
+class _LayerBar:
+    """A tqdm bar over the layers being prepared, shown only on an interactive terminal."""
+
+    def __init__(self, name: str):
+        from tqdm import tqdm
+
+        self.bar = tqdm(desc=f"loading {name}", unit="layer", leave=False, file=sys.stderr)
+
+    def update(self, done: int, total: int) -> None:  # called from the loading thread
+        self.bar.total = total
+        self.bar.n = done
+        self.bar.refresh()
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _progress_bar(name: str) -> _LayerBar | None:
+    return _LayerBar(name) if sys.stderr.isatty() else None

@@ -26,21 +26,25 @@ def load_model(
     max_batch: int = 1,
     loras: Sequence[tuple[str | Path, float]] = (),
     state: str | Path | None = None,
+    progress=None,
 ):
     """Load a checkpoint (format and version detected from the file) onto a backend.
 
     `loras` are (file, alpha) pairs merged into the weights at load; `state` is a
     state-tuning file whose state becomes every slot's initial state. `device` "auto"
-    picks the numpy backend until the GPU backend exists.
+    picks the numpy backend until the GPU backend exists. `progress(done, total)` follows
+    the preparation of the layers (where fp16/bf16 weights are converted).
     """
     from .cpu.model import CpuModel
     from .loader import read_checkpoint
 
     if device not in DEVICES:
         raise ValueError(f"unknown device {device!r}; expected one of {DEVICES}")
-    checkpoint = read_checkpoint(path, loras=loras)
+    # bf16 stays mapped here and is widened layer by layer in the model, with the rest.
+    checkpoint = read_checkpoint(path, loras=loras, keep_bf16=True)
     initial = load_state(state, checkpoint.info) if state is not None else None
-    return CpuModel(checkpoint.tensors, checkpoint.info, max_batch=max_batch, initial_state=initial)
+    return CpuModel(checkpoint.tensors, checkpoint.info, max_batch=max_batch, initial_state=initial,
+                    progress=progress)
 
 
 def load_state(path: str | Path, info: ModelInfo):

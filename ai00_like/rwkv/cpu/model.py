@@ -6,11 +6,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
 from ..batch import BatchPlan, StepInput
+from ..formats import as_float
 from ..info import ModelInfo
 from ..state import State, StatePool
 from .blocks import Context, make_blocks
@@ -23,10 +24,12 @@ class CpuModel:
     device = "cpu"
 
     def __init__(self, tensors: Mapping[str, np.ndarray], info: ModelInfo, max_batch: int = 1,
-                 initial_state: State | None = None):
+                 initial_state: State | None = None, progress: Callable[[int, int], None] | None = None):
+        """`tensors` in the official layout (fp32 used in place; fp16/bf16 converted here).
+        `progress(done, total)` is called as the layers are prepared."""
         self.info = info
         self.tensors = tensors  # as loaded (LoRAs merged), for saving; the layers below share them
-        vec = lambda name: np.asarray(tensors[name], dtype=np.float32).reshape(-1)  # noqa: E731
+        vec = lambda name: as_float32(tensors[name]).reshape(-1)  # noqa: E731
         # ln0 is applied to the gathered rows each step rather than folded into a copy of
         # the embedding: the (possibly memory-mapped) embedding is never duplicated.
         self.emb = tensors["emb.weight"]
@@ -36,9 +39,15 @@ class CpuModel:
              vec(f"blocks.{i}.ln2.weight"), vec(f"blocks.{i}.ln2.bias"))
             for i in range(info.n_layer)
         ]
-        self.blocks = [make_blocks(tensors, info, i) for i in range(info.n_layer)]
+        self.blocks = []
+        for i in range(info.n_layer):
+            self.blocks.append(make_blocks(tensors, info, i))
+            if progress:
+                progress(i + 1, info.n_layer + 1)
         self.ln_out = (vec("ln_out.weight"), vec("ln_out.bias"))
         self.head = as_float32(tensors["head.weight"])
+        if progress:
+            progress(info.n_layer + 1, info.n_layer + 1)
         self.pool = StatePool(info, max_batch, initial_state)
 
     # ------------------------------------------------------------------ state API
@@ -118,7 +127,7 @@ class CpuModel:
         return results
 
     def _layers(self, ids: np.ndarray, plan: BatchPlan, pool: StatePool) -> np.ndarray:
-        x = layer_norm(np.asarray(self.emb[ids], dtype=np.float32), *self.ln0)
+        x = layer_norm(np.asarray(as_float(self.emb[ids]), dtype=np.float32), *self.ln0)
         ctx = Context()
         for i, (time_mix, channel_mix) in enumerate(self.blocks):
             ln1_w, ln1_b, ln2_w, ln2_b = self.norms[i]
