@@ -124,3 +124,36 @@ def truncate(
         logit_vals[where, :used] = part_vals
         keep[where, :used] = part_keep
     return ids, logit_vals, keep
+
+
+def sample_ranked(
+    logits: np.ndarray,
+    rank,
+    top_k: np.ndarray,
+    mass: np.ndarray,
+    temperature: np.ndarray,
+    uniform: np.ndarray,
+) -> np.ndarray:
+    """One token per row: order the tokens by `rank(rows_logits, rows) -> (scores, log_norm)`
+    (higher first), keep the first `top_k` (0 = no limit), keep while the mass before a
+    token is <= `mass` (the crossing token stays), raise the kept probabilities to
+    1/`temperature` (> 0: greedy rows never come here), renormalise, draw with `uniform`.
+    """
+    rows, width = logits.shape
+    k_limit = np.where((top_k <= 0) | (top_k >= width), width, top_k)
+    # mass 1 keeps everything: no limit at all (a float running sum could otherwise creep
+    # past 1.0 a hair early and drop the tail).
+    mass_limit = np.where(mass >= 1.0, np.inf, mass)
+    tokens = np.empty(rows, dtype=np.int64)
+    # No cut: every possible token, and the order no longer matters.
+    untruncated = (k_limit >= width) & np.isinf(mass_limit)
+    if untruncated.any():
+        tokens[untruncated] = sample_whole(logits[untruncated], temperature[untruncated], uniform[untruncated])
+    cut = ~untruncated
+    if cut.any():
+        sub = logits if cut.all() else logits[cut]
+        scores, log_norm = rank(sub, cut)
+        ids, logit_vals, keep = truncate(scores, sub, log_norm, k_limit[cut], mass_limit[cut])
+        picked = draw(tempered_weights(logit_vals, keep, temperature[cut]), uniform[cut])
+        tokens[cut] = ids[np.arange(ids.shape[0]), picked]
+    return tokens

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .draw import draw, sample_whole, tempered_weights, truncate
+from .draw import sample_ranked
 
 
 def sample_nucleus(
@@ -23,20 +23,4 @@ def sample_nucleus(
     1/`temperature` (> 0 here; greedy rows never come in), renormalise and draw with
     `uniform`.
     """
-    rows, width = logits.shape
-    k_limit = np.where((top_k <= 0) | (top_k >= width), width, top_k)
-    # top_p = 1 keeps everything: no mass limit at all (a float running sum could otherwise
-    # creep past 1.0 a hair early and drop the tail).
-    mass_limit = np.where(top_p >= 1.0, np.inf, top_p)
-    tokens = np.empty(rows, dtype=np.int64)
-
-    untruncated = (k_limit >= width) & np.isinf(mass_limit)
-    if untruncated.any():
-        tokens[untruncated] = sample_whole(logits[untruncated], temperature[untruncated], uniform[untruncated])
-    cut = ~untruncated
-    if cut.any():
-        sub = logits if cut.all() else logits[cut]
-        ids, logit_vals, keep = truncate(sub, sub, log_norm[cut], k_limit[cut], mass_limit[cut])
-        picked = draw(tempered_weights(logit_vals, keep, temperature[cut]), uniform[cut])
-        tokens[cut] = ids[np.arange(ids.shape[0]), picked]
-    return tokens
+    return sample_ranked(logits, lambda rows, cut: (rows, log_norm[cut]), top_k, top_p, temperature, uniform)

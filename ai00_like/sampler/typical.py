@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .draw import draw, sample_whole, tempered_weights, truncate
+from .draw import sample_ranked
 from .scratch import scratch
 
 
@@ -46,20 +46,4 @@ def sample_typical(
     """One token per row: order by typicality, keep the first `top_k` (0 = no limit), keep
     while the mass before a token is <= `tau` (the crossing token stays), raise to
     1/`temperature` (> 0), renormalise, draw."""
-    rows, width = logits.shape
-    k_limit = np.where((top_k <= 0) | (top_k >= width), width, top_k)
-    mass_limit = np.where(tau >= 1.0, np.inf, tau)
-    tokens = np.empty(rows, dtype=np.int64)
-
-    # No cut: every token with p > 0, and the order no longer matters.
-    untruncated = (k_limit >= width) & np.isinf(mass_limit)
-    if untruncated.any():
-        tokens[untruncated] = sample_whole(logits[untruncated], temperature[untruncated], uniform[untruncated])
-    cut = ~untruncated
-    if cut.any():
-        sub = logits if cut.all() else logits[cut]
-        scores, log_norm = typicality(sub, row_max[cut])
-        ids, logit_vals, keep = truncate(scores, sub, log_norm, k_limit[cut], mass_limit[cut])
-        picked = draw(tempered_weights(logit_vals, keep, temperature[cut]), uniform[cut])
-        tokens[cut] = ids[np.arange(ids.shape[0]), picked]
-    return tokens
+    return sample_ranked(logits, lambda rows, cut: typicality(rows, row_max[cut]), top_k, tau, temperature, uniform)
