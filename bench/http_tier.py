@@ -10,21 +10,14 @@ direct measurement run in this process, one after the other, never at the same t
 Uses a seeded v7 model of bench/engine.py's "quick" shape (L4, D256, World vocabulary),
 written once to bench/.cache as safetensors. Prints a table and one JSON line.
 
-    .venv/bin/python bench/http.py [--tokens 64] [--repeats 20] [--rounds 3]
+    .venv/bin/python bench/http_tier.py [--tokens 64] [--repeats 20] [--rounds 3]
 
 On a machine shared with other work, OpenBLAS's spinning threads make every figure
-erratic; `OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/http.py` steadies both sides
+erratic; `OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/http_tier.py` steadies both sides
 alike (the server subprocess inherits the setting, which the JSON records).
 """
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-# Run as a script, this file's folder comes first on sys.path, and this file would then
-# stand in for the standard library's `http` package that aiohttp imports.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import argparse
 import asyncio
@@ -35,13 +28,24 @@ import signal
 import socket
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import aiohttp
 
-from ai00_like.messages import Cancel, Failed, Finished, Generate, Load, Loaded, ModelSpec, TextPiece
+from ai00_like.messages import (
+    Cancel,
+    Failed,
+    Finished,
+    Generate,
+    Load,
+    Loaded,
+    ModelSpec,
+    TextPiece,
+)
 from ai00_like.middleware import Middleware
 from ai00_like.rwkv.formats.safetensors import write_safetensors
 from ai00_like.rwkv.synthetic import make_checkpoint
