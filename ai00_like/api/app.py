@@ -26,6 +26,7 @@ from ..middleware import Middleware
 from .ai00 import admin
 from .ai00 import models as ai00_models
 from .ai00 import types as ai00
+from . import files
 from .errors import ApiError, error_middleware
 from .oai import chat, choose, completion, embedding, models, state
 from .oai import types as oai
@@ -70,6 +71,17 @@ AI00_ROUTES = [
     Route("GET", "/admin/models/unload", admin.unload, "Unload the model", returns=ai00.ServerStatus),
     Route("POST", "/admin/models/unload", admin.unload, "Unload the model", returns=ai00.ServerStatus),
     Route("POST", "/admin/models/save", admin.save, "Write the loaded model (LoRAs merged) as safetensors in the models folder", body=ai00.SaveRequest),
+    # File-system helpers (Ai00 §1.9), every path confined to the exposed folders (files.py).
+    Route("POST", "/admin/files/dir", files.files_dir, "Files of a folder with size, hash and model info",
+          body=files.DirRequest, returns=list[ai00.ModelFile]),
+    Route("POST", "/admin/files/ls", files.files_dir, "Files of a folder (as /admin/files/dir)",
+          body=files.DirRequest, returns=list[ai00.ModelFile]),
+    Route("POST", "/admin/files/unzip", files.files_unzip, "Unpack a zip into assets/unzip or assets/temp",
+          body=files.UnzipRequest, returns=files.UnzipResponse),
+    Route("POST", "/admin/files/config/load", files.config_load, "Read and validate a config.toml",
+          body=files.ConfigLoadRequest, returns=files.ConfigFile),
+    Route("POST", "/admin/files/config/save", files.config_save, "Validate a config.toml, then write it atomically",
+          body=files.ConfigSaveRequest, returns=files.ConfigFile),
 ]
 
 
