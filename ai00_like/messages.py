@@ -130,6 +130,16 @@ class Choose(msgspec.Struct, frozen=True):
     state: Any = None  # as Generate.state
 
 
+class ScorePrompt(msgspec.Struct, frozen=True):
+    """The log-probability the model gives each token of `prompt` after the ones before it
+    (completions' `echo` with `logprobs`; lm-eval's log-likelihoods)."""
+
+    prompt: str
+    reply: Reply
+    top: int = 0  # also the `top` most likely alternatives at each position
+    state: Any = None  # as Generate.state
+
+
 class ReadState(msgspec.Struct, frozen=True):
     """Ai00's `/states`: the RNN state after reading `prompt` (from the initial state)."""
 
@@ -204,6 +214,12 @@ class Chosen(msgspec.Struct, frozen=True):
     prompt_tokens: int
 
 
+class PromptScores(msgspec.Struct, frozen=True):
+    tokens: tuple[int, ...]
+    logprobs: tuple[float | None, ...]  # None for the first token: nothing came before it
+    top_logprobs: tuple[tuple[tuple[int, float], ...], ...]
+
+
 class StateRead(msgspec.Struct, frozen=True):
     state: Any  # rwkv.state.State
     prompt_tokens: int
@@ -251,4 +267,11 @@ class StateJob(msgspec.Struct, frozen=True):
     tokens: tuple[int, ...]
     reply: Reply
     partition: str = ""
+    initial_state: Any = None
+
+
+class ScoreJob(msgspec.Struct, frozen=True):
+    tokens: tuple[int, ...]
+    top: int
+    reply: Reply
     initial_state: Any = None

@@ -21,7 +21,7 @@ import numpy as np
 
 from .messages import (
     Choose, ChooseJob, Embed, EmbedJob, Failed, Generate, GenerateJob, GetInfo, Load, Loaded, ModelInfoEvent,
-    ModelSpec, ReadState, Save, Saved, StateJob, Unload, Unloaded,
+    ModelSpec, ReadState, Save, Saved, ScoreJob, ScorePrompt, StateJob, Unload, Unloaded,
 )
 from .run import Backend
 
@@ -159,7 +159,7 @@ class Middleware:
                     message.reply(Failed(str(exc), "bad_request"))
                 else:
                     self.current.backend.submit(EmbedJob(token_lists, message.reply))
-        elif isinstance(message, (Choose, ReadState)):
+        elif isinstance(message, (Choose, ReadState, ScorePrompt)):
             self._with_initial_state(message)
         elif isinstance(message, GetInfo):
             message.reply(self.current.describe() if self.current else Failed("no model is loaded", "no_model"))
@@ -261,6 +261,8 @@ class Middleware:
             return
         if isinstance(request, Choose):
             current.backend.submit(ChooseJob(prompt, choices, request.calibrate, request.reply, partition, initial))
+        elif isinstance(request, ScorePrompt):
+            current.backend.submit(ScoreJob(prompt, request.top, request.reply, initial))
         else:
             current.backend.submit(StateJob(prompt, request.reply, partition, initial))
 

@@ -17,7 +17,8 @@ from collections import deque
 import numpy as np
 
 from .messages import (
-    ChooseJob, Chosen, EmbedJob, Embeddings, Failed, Finished, GenerateJob, Started, StateJob, StateRead, TextPiece,
+    ChooseJob, Chosen, EmbedJob, Embeddings, Failed, Finished, GenerateJob, PromptScores, ScoreJob, Started, StateJob,
+    StateRead, TextPiece,
 )
 from .rwkv.batch import StepInput
 from .sampler import sample_batch
@@ -121,7 +122,8 @@ class Backend:
             self.waiting.extend(Sequence(job, index) for index in range(len(job.samplers)))
             return
         # The other kinds need no slot: they run here, between two steps.
-        run = {EmbedJob: self._embed, ChooseJob: self._choose, StateJob: self._read_state}[type(job)]
+        run = {EmbedJob: self._embed, ChooseJob: self._choose, StateJob: self._read_state,
+               ScoreJob: self._score}[type(job)]
         try:
             run(job)
         except Exception as exc:
@@ -185,6 +187,25 @@ class Backend:
                 score -= _perplexity(alone, alone_state, choice, self._run_chunked)
             scores.append(score)
         job.reply(Chosen(tuple(scores), len(job.prompt)))
+
+    def _score(self, job: ScoreJob) -> None:
+        """Each prompt token's log-probability after the tokens before it, chunk by chunk
+        (a chunk's logits are reduced at once: a long prompt never holds [T, V] floats)."""
+        tokens, state = job.tokens, job.initial_state
+        logprobs: list[float | None] = [None]
+        tops: list[tuple] = [()]
+        for start in range(0, len(tokens) - 1, self.token_chunk_size):
+            chunk = tokens[start : start + self.token_chunk_size]
+            rows, state = self.model.forward(chunk, state, full_output=True)
+            targets = list(tokens[start + 1 : start + 1 + len(chunk)])
+            logp = _log_softmax(rows[: len(targets)])
+            logprobs.extend(float(v) for v in logp[np.arange(len(targets)), targets])
+            if job.top:
+                best = np.argsort(-logp, axis=1)[:, : job.top]
+                tops.extend(tuple((int(t), float(row[t])) for t in ids) for row, ids in zip(logp, best))
+            else:
+                tops.extend(() for _ in targets)
+        job.reply(PromptScores(tuple(tokens), tuple(logprobs), tuple(tops)))
 
     def _read_state(self, job: StateJob) -> None:
         _, state = self._prefix(job.partition, job.tokens, job.initial_state)
@@ -333,7 +354,7 @@ class Backend:
 
 
 def _log_softmax(logits: np.ndarray) -> np.ndarray:
-    logits = np.asarray(logits, dtype=np.float64)
+    logits = np.asarray(logits, dtype=np.float32)
     shifted = logits - logits.max(axis=-1, keepdims=True)
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 

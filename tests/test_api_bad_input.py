@@ -101,7 +101,7 @@ COMPLETION_CASES = [
     ("empty prompt list", {"prompt": []}, 400, "prompt"),
     ("suffix", {"prompt": "a", "suffix": "b"}, 400, "suffix"),
     ("legacy logprobs too many", {"prompt": "a", "logprobs": 50}, 400, "logprobs"),
-    ("echo with logprobs", {"prompt": "a", "echo": True, "logprobs": 1}, 400, "logprobs"),
+    ("echo with logprobs, streamed", {"prompt": "a", "echo": True, "logprobs": 1, "stream": True}, 400, "stream"),
     ("negative max_tokens", {"prompt": "a", "max_tokens": -1}, 400, "max_tokens"),
     ("best_of", {"prompt": "a", "best_of": 3}, 400, "best_of"),
 ]

@@ -331,6 +331,37 @@ def test_completions_logprobs_and_zero_tokens(server, tokenizer):
     assert echoed["usage"]["prompt_tokens"] == len(tokenizer.encode("Hello there"))
 
 
+def test_completions_echo_with_logprobs_scores_the_prompt(server, tokenizer):
+    """lm-eval's log-likelihood request: the prompt's own token log-probabilities."""
+    import numpy as np
+
+    from ai00_like.rwkv import load_model
+
+    prompt = "The quick brown fox jumps"
+    ids = tokenizer.encode(prompt)
+    body = server.post("/v1/completions", {"prompt": prompt, "max_tokens": 0, "echo": True, "logprobs": 2}).json()
+    lp = body["choices"][0]["logprobs"]
+    assert "".join(lp["tokens"]) == prompt and body["choices"][0]["text"] == prompt
+    assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None  # as OpenAI: nothing before it
+    assert all(len(t) == 2 for t in lp["top_logprobs"][1:])
+    assert lp["text_offset"] == [len(tokenizer.decode(ids[:k])) for k in range(len(ids))]
+    # The same numbers by hand, from the model file the server loaded.
+    model = load_model(server.config.model_dir / "tiny.st")
+    rows, _ = model.forward(ids, full_output=True)
+    logp = rows - rows.max(-1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+    want = logp[np.arange(len(ids) - 1), ids[1:]]
+    np.testing.assert_allclose(lp["token_logprobs"][1:], want, atol=1e-4)
+    # The schema allows only numbers; OpenAI itself sends null for the first token.
+    SCHEMAS.check("CreateCompletionResponse", {**body, "choices": [{**body["choices"][0], "logprobs": None}]})
+
+    more = server.post("/v1/completions", {"prompt": prompt, "max_tokens": 2, "echo": True, "logprobs": 1,
+                                           **GREEDY}).json()
+    both = more["choices"][0]["logprobs"]
+    assert len(both["tokens"]) == len(ids) + 2 and both["token_logprobs"][: len(ids)] == lp["token_logprobs"]
+    assert both["text_offset"][len(ids)] == len(prompt)
+
+
 # ------------------------------------------------------------------------------ embeddings
 
 

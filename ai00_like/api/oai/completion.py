@@ -12,9 +12,10 @@ import codecs
 
 from aiohttp import web
 
-from ...messages import TextPiece
+from ...messages import Failed, ScorePrompt, TextPiece
 from ..body import decode_body
-from ..errors import bad_request
+from ..channel import EventChannel
+from ..errors import bad_request, from_failed
 from ..serving import Serving
 from .generation import (
     GenerationRun, StreamFormat, check_logit_bias, fingerprint, max_tokens, new_id, now, sampling_options,
@@ -45,9 +46,8 @@ def _refuse_unsupported(req: CompletionRequest, n: int) -> None:
         raise bad_request("'suffix' (fill in the middle) is not supported", "suffix")
     if req.best_of is not None and req.best_of > 1 and req.best_of != n:
         raise bad_request("'best_of' is not supported; use 'n'", "best_of")
-    if req.echo and req.logprobs is not None:
-        raise bad_request("'echo' with 'logprobs' would need the prompt's log-probabilities, which this server "
-                          "does not compute yet", "logprobs")
+    if req.echo and req.logprobs is not None and req.stream:
+        raise bad_request("'echo' with 'logprobs' is answered whole: send it without 'stream'", "stream")
 
 
 class LegacyLogprobBuilder:
@@ -66,8 +66,9 @@ class LegacyLogprobBuilder:
             offsets.append(self.offset)
             self.offset += len(self.decoder.decode(bytes(raw)))
             top = event.top_logprobs[k] if k < len(event.top_logprobs) else ()
-            tops.append({token_text(self.tokenizer, alt)[0]: float(lp) for alt, lp in top})
-        logprobs = [float(lp) for lp in event.logprobs[: len(tokens)]]
+            first_of_prompt = k < len(event.logprobs) and event.logprobs[k] is None
+            tops.append(None if first_of_prompt else {token_text(self.tokenizer, alt)[0]: float(lp) for alt, lp in top})
+        logprobs = [None if lp is None else float(lp) for lp in event.logprobs[: len(tokens)]]
         return LegacyLogprobs(tokens=tokens, token_logprobs=logprobs, top_logprobs=tops, text_offset=offsets)
 
 
@@ -88,11 +89,19 @@ async def completions(request: web.Request, serving: Serving):
     echoes = [p if req.echo else "" for p in prompts for _ in range(n)]
     with_logprobs = req.logprobs is not None
 
+    # echo + logprobs: the prompt's own log-probabilities lead each choice's (lm-eval's way
+    # of asking for log-likelihoods, usually with max_tokens 0).
+    prompt_logprobs = ([await _score_prompt(serving, model, p, req.logprobs or 0, state) for p in prompts]
+                       if req.echo and with_logprobs else None)
+
+    def echoed(i: int) -> LegacyLogprobs:
+        return prompt_logprobs[i // n] if prompt_logprobs else LegacyLogprobs([], [], [], [])
+
     if budget == 0:
-        # Nothing to generate (lm-eval style echo requests): answer without the backend.
+        # Nothing to generate: answer without the backend's generation loop.
         tokens = [len(model.tokenizer.encode(p)) if model.tokenizer else 0 for p in prompts]
-        choices = [CompletionChoice(index=i, text=echoes[i], logprobs=LegacyLogprobs([], [], [], []) if with_logprobs
-                                    else None, finish_reason="length") for i in range(len(echoes))]
+        choices = [CompletionChoice(index=i, text=echoes[i], logprobs=echoed(i) if with_logprobs else None,
+                                    finish_reason="length") for i in range(len(echoes))]
         usage = Usage(sum(tokens), 0, sum(tokens))
         return Completion(id=ident, created=created, model=model.name, system_fingerprint=fp, choices=choices,
                           usage=usage)
@@ -110,11 +119,28 @@ async def completions(request: web.Request, serving: Serving):
         logprobs = None
         if with_logprobs:
             builder = LegacyLogprobBuilder(model.tokenizer, len(echoes[i]))
-            logprobs = builder.build(TextPiece(i, "", tuple(r.tokens), tuple(r.logprobs), tuple(r.top)))
+            logprobs = _joined(echoed(i), builder.build(TextPiece(i, "", tuple(r.tokens), tuple(r.logprobs),
+                                                                  tuple(r.top))))
         choices.append(CompletionChoice(index=i, text=echoes[i] + "".join(r.text), logprobs=logprobs,
                                         finish_reason=r.finish))
     return Completion(id=ident, created=created, model=model.name, system_fingerprint=fp, choices=choices,
                       usage=run.usage())
+
+
+async def _score_prompt(serving: Serving, model, prompt: str, top: int, state) -> LegacyLogprobs:
+    channel = EventChannel()
+    serving.middleware.send(ScorePrompt(prompt, channel.reply(), top, state))
+    event = await channel.first()
+    if isinstance(event, Failed):
+        raise from_failed(event, "prompt")
+    builder = LegacyLogprobBuilder(model.tokenizer, 0)
+    # OpenAI's legacy form gives the first token null: nothing came before it.
+    return builder.build(TextPiece(0, "", event.tokens, event.logprobs, event.top_logprobs))
+
+
+def _joined(first: LegacyLogprobs, then: LegacyLogprobs) -> LegacyLogprobs:
+    return LegacyLogprobs(first.tokens + then.tokens, first.token_logprobs + then.token_logprobs,
+                          first.top_logprobs + then.top_logprobs, first.text_offset + then.text_offset)
 
 
 class CompletionStream(StreamFormat):
