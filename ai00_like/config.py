@@ -76,7 +76,7 @@ class ListenSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 class WebSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    path: str = "assets/www/index.zip"
+    path: str = "assets/www"  # a folder, or a .zip unpacked at start (Ai00 ships index.zip)
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

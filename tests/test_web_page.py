@@ -1,0 +1,163 @@
+"""The web page in assets/www, driven in Debian's Chromium (headless) through Playwright.
+
+Needs `apt-get install chromium` (/usr/bin/chromium) and `pip install playwright`; never
+`playwright install` (no downloaded browser builds). A screenshot of each page goes to the
+test's tmp_path/screenshots.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from api_helpers import ServerThread, config_for, write_model
+
+CHROMIUM = "/usr/bin/chromium"
+WWW = Path(__file__).resolve().parents[1] / "assets" / "www"
+ADMIN_KEY = "page-admin-key"
+
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"browser tests need Debian's Chromium at {CHROMIUM} (apt-get install chromium)",
+                allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need Playwright (pip install playwright)")
+
+WAIT_MS = 60_000
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("web")
+    write_model(d / "tiny.st")
+    write_model(d / "other.st", version="6", seed=4)
+    return d
+
+
+@pytest.fixture(scope="module")
+def server(model_dir):
+    config = config_for(model_dir, f'[web]\npath = "{WWW}"\n', max_batch=2,
+                        listen_extra=f'admin_key = "{ADMIN_KEY}"')
+    with ServerThread(config) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, server, tmp_path):
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    page.set_default_timeout(WAIT_MS)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"http://127.0.0.1:{server.port}/")
+    page.shots = tmp_path / "screenshots"  # type: ignore[attr-defined]
+    page.shots.mkdir()
+    yield page
+    context.close()
+    assert not errors, errors
+
+
+def set_setting(page, name: str, value: str) -> None:
+    field = page.locator(f'[data-settings="chat"] [name="{name}"]')
+    field.fill(value)
+    field.dispatch_event("change")
+
+
+def wait_idle(server) -> None:
+    """Until the server runs no generation (the stopped one was cancelled)."""
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while time.monotonic() < deadline:
+        if server.get("/api/models/info").json()["running"] == 0:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the server still runs a generation")
+
+
+def test_page_is_served_at_root(server):
+    r = server.get("/")
+    assert r.status == 200 and b"<title>ai00-like</title>" in r.body
+
+
+def test_chat_streams_a_reply(page, server):
+    set_setting(page, "max_tokens", "24")
+    page.fill("#chat-input", "Hello there")
+    page.click("#chat-send")
+    # While it streams, the reply grows and Stop is enabled; at the end it is marked done.
+    page.locator(".msg.assistant.done").wait_for()
+    reply = page.locator(".msg.assistant").inner_text()
+    assert reply.strip()
+    assert page.locator(".msg.user").inner_text() == "Hello there"
+    assert page.is_disabled("#chat-stop") and page.is_enabled("#chat-send")
+    # The conversation is kept in the browser: it is there after a reload.
+    page.reload()
+    assert page.locator(".msg.user").inner_text() == "Hello there"
+    assert page.locator(".msg.assistant").inner_text() == reply
+    page.screenshot(path=page.shots / "chat.png")
+
+
+def test_stop_a_reply_mid_stream(page, server):
+    set_setting(page, "max_tokens", "4000")
+    page.fill("#chat-input", "Tell me a long story")
+    page.click("#chat-send")
+    page.wait_for_function("document.querySelector('.msg.assistant.streaming')?.textContent.length > 20")
+    page.click("#chat-stop")
+    page.locator(".msg.assistant.done").wait_for()
+    wait_idle(server)
+    text = page.locator(".msg.assistant").inner_text()
+    assert 0 < len(text)
+    assert page.evaluate("JSON.parse(localStorage.getItem('ai00like.conversations'))[0].messages[1].content") \
+        .strip() == text.strip()
+    assert page.is_enabled("#chat-send")
+
+
+def test_continuation_and_status_pages(page, server):
+    page.click("#tab-continue")
+    page.fill("#continue-text", "In the beginning")
+    page.fill('[data-settings="continue"] [name="max_tokens"]', "16")
+    page.dispatch_event('[data-settings="continue"] [name="max_tokens"]', "change")
+    page.click("#continue-go")
+    page.wait_for_function("document.querySelector('#continue-text').value.length > 'In the beginning'.length "
+                           "&& !document.querySelector('#continue-go').disabled")
+    page.screenshot(path=page.shots / "continue.png")
+    page.click("#tab-status")
+    page.locator("#status-live", has_text="live").wait_for()
+    assert "tiny" in page.locator("#status-view").inner_text()
+    page.screenshot(path=page.shots / "status.png")
+
+
+def test_load_a_model_from_the_models_page(page, server):
+    dialogs: list[str] = []
+
+    def answer(dialog):
+        dialogs.append(dialog.message)
+        dialog.accept(ADMIN_KEY)
+
+    page.on("dialog", answer)
+    page.click("#tab-models")
+    page.locator('#models-table tr.loaded[data-path="tiny.st"]').wait_for()
+    page.select_option("#load-model", "other.st")
+    page.fill('#load-form [name="max_batch"]', "2")
+    page.click("#load-button")
+    page.locator("#load-result", has_text="Loaded other").wait_for()
+    page.locator('#models-table tr.loaded[data-path="other.st"]').wait_for()
+    assert "other.st" in page.locator("#loaded-info").inner_text()
+    assert server.get("/api/models/info").json()["reload"]["model_path"] == "other.st"
+    assert len(dialogs) == 1 and "admin key" in dialogs[0]  # asked once, then kept
+    page.screenshot(path=page.shots / "models.png")
+    page.click("#unload-button")
+    page.locator("#load-result", has_text="Unloaded").wait_for()
+    assert len(dialogs) == 1
+    assert page.locator("#loaded-info").inner_text() == "No model is loaded."
+    # Put the first model back for the other tests.
+    page.select_option("#load-model", "tiny.st")
+    page.click("#load-button")
+    page.locator("#load-result", has_text="Loaded tiny").wait_for()
