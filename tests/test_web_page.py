@@ -138,6 +138,7 @@ def test_continuation_and_status_pages(page, server):
     page.click("#tab-status")
     page.locator("#status-live", has_text="live").wait_for()
     assert "demo" in page.locator("#status-view").inner_text()
+    assert float(page.locator(".stat", has_text="last reply").locator("b").inner_text()) > 0
     page.screenshot(path=page.shots / "status.png")
 
 

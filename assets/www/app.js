@@ -170,10 +170,17 @@ function samplingBody(which) {
 
 // ------------------------------------------------------------------ tokens/s, measured here
 
-const rate = { tokens: 0, seconds: 0, last: null };
+// Each streamed piece counts as one token (the server sends one token per event).
+const rate = { last: null, times: [] };
+function tick() { rate.times.push(performance.now()); }
 function countTokens(n, started) {
-  rate.tokens += n;
-  rate.last = { tokens: n, seconds: (performance.now() - started) / 1000 };
+  if (n) rate.last = { tokens: n, seconds: (performance.now() - started) / 1000 };
+  if (lastStatus) renderStatus(lastStatus);
+}
+function recentRate() {
+  const now = performance.now();
+  rate.times = rate.times.filter((t) => now - t < 5000);
+  return rate.times.length / 5;
 }
 
 // ------------------------------------------------------------------ chat
@@ -251,7 +258,7 @@ async function reply() {
     await readSSE(r, (event) => {
       const delta = event.choices && event.choices[0] && event.choices[0].delta;
       if (delta && delta.content) {
-        tokens += 1;
+        tokens += 1; tick();
         answer.content += delta.content;
         div.innerHTML = renderMarkdown(answer.content);
         $("#chat-messages").scrollTop = $("#chat-messages").scrollHeight;
@@ -293,7 +300,7 @@ async function continueText() {
     if (!r.ok) throw new Error(await errorText(r));
     await readSSE(r, (event) => {
       const text = event.choices && event.choices[0] && event.choices[0].text;
-      if (text) { tokens += 1; box.value += text; box.scrollTop = box.scrollHeight; }
+      if (text) { tokens += 1; tick(); box.value += text; box.scrollTop = box.scrollHeight; }
     });
   } catch (e) {
     if (e.name !== "AbortError") window.alert(e.message);
@@ -438,7 +445,9 @@ async function followStatus() {
   }
 }
 
+let lastStatus = null;
 function renderStatus(s) {
+  lastStatus = s;
   const view = $("#status-view");
   const items = [
     ["Model", s.loaded ? s.id : (s.loading ? "loading " + s.loading : "none")],
@@ -446,6 +455,7 @@ function renderStatus(s) {
     ["Queue", s.waiting],
     ["Cache entries", s.cache_entries],
     ["Cache size", humanSize(s.cache_bytes)],
+    ["Tokens/s now (this page, last 5 s)", recentRate().toFixed(1)],
     ["Tokens/s (last reply)", rate.last && rate.last.seconds > 0 ? (rate.last.tokens / rate.last.seconds).toFixed(1) : "–"],
   ];
   if (s.last_error) items.push(["Last error", s.last_error]);
@@ -501,6 +511,7 @@ function init() {
   showPage();
   getJSON("/api/models/info").then((s) => { renderLoaded(s); renderSettings("chat"); renderSettings("continue"); }).catch(() => {});
   followStatus();
+  setInterval(() => { if (lastStatus && $("#page-status").classList.contains("active")) renderStatus(lastStatus); }, 1000);
 }
 
 init();
