@@ -45,14 +45,3 @@ fn save(@builtin(global_invocation_id) gid: vec3<u32>) {
     let last = plan[seg + 1u] + plan[seg + 2u] - 1u;
     state[p.state_off + plan[seg] * p.slot_stride + c] = act[p.src_off + last * p.width + c];
 }
-
-// Copies the rows listed in plan[seg_base..] (the rows whose logits are wanted) together.
-@compute @workgroup_size(64)
-fn gather(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let c = gid.x;
-    let i = gid.y;
-    if (c >= p.width) {
-        return;
-    }
-    act[p.dst_off + i * p.width + c] = act[p.src_off + plan[p.seg_base + i] * p.width + c];
-}

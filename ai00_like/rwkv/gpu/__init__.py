@@ -1,0 +1,1 @@
+"""The WebGPU backend (wgpu + WGSL compute shaders in shaders/)."""

@@ -1,0 +1,88 @@
+"""WebGPU adapters: what the machine offers, which one to use, and a device on it.
+
+Software adapters (Mesa's lavapipe/llvmpipe, SwiftShader, WARP) are listed and usable
+(that is how the tests run without a GPU) but `device="auto"` does not pick them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SOFTWARE_NAMES = ("llvmpipe", "lavapipe", "swiftshader", "microsoft basic render")
+COMPUTE_BACKENDS = ("Vulkan", "Metal", "D3D12")  # the OpenGL backend's compute is too limited
+KIND_RANK = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "Other": 3, "Unknown": 3, "CPU": 4}
+
+
+@dataclass(frozen=True)
+class AdapterInfo:
+    index: int  # position in `list_adapters()`: what `device=<index>` selects
+    name: str
+    backend: str  # Vulkan, Metal, D3D12, OpenGL
+    kind: str  # DiscreteGPU, IntegratedGPU, CPU, ...
+    software: bool
+    f16: bool  # shader-f16
+    subgroups: bool
+
+    def describe(self) -> str:
+        extras = [x for x, on in (("software", self.software), ("f16", self.f16), ("subgroups", self.subgroups)) if on]
+        return f"[{self.index}] {self.name} ({self.backend}, {self.kind}{', ' if extras else ''}{', '.join(extras)})"
+
+
+def available() -> bool:
+    try:
+        import wgpu  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _adapters():
+    import wgpu
+
+    return list(wgpu.gpu.enumerate_adapters_sync())
+
+
+def _info(index: int, adapter) -> AdapterInfo:
+    info = adapter.info
+    name = info.get("device", "") or info.get("description", "")
+    kind = info.get("adapter_type", "Unknown")
+    features = adapter.features
+    software = kind == "CPU" or any(s in name.lower() for s in SOFTWARE_NAMES)
+    return AdapterInfo(index, name, info.get("backend_type", ""), kind, software,
+                       "shader-f16" in features, "subgroup" in features)
+
+
+def list_adapters() -> list[AdapterInfo]:
+    """Every adapter wgpu finds (empty when wgpu is not installed)."""
+    if not available():
+        return []
+    return [_info(i, a) for i, a in enumerate(_adapters())]
+
+
+def best_adapter(allow_software: bool) -> AdapterInfo | None:
+    """A real GPU first (discrete before integrated); software only if allowed."""
+    usable = [a for a in list_adapters() if a.backend in COMPUTE_BACKENDS and (allow_software or not a.software)]
+    if not usable:
+        return None
+    return min(usable, key=lambda a: (a.software, KIND_RANK.get(a.kind, 3), a.index))
+
+
+class Device:
+    """A wgpu device on one adapter, with the buffer limits raised to what the adapter allows
+    (rwkv-spec §7.2: the defaults — 128 MiB bindings, 256 MiB buffers — are far below a model's
+    matrices on real GPUs)."""
+
+    def __init__(self, index: int):
+        adapters = _adapters()
+        if not 0 <= index < len(adapters):
+            raise ValueError(f"no GPU adapter {index}; found {len(adapters)}")
+        adapter = adapters[index]
+        self.adapter = _info(index, adapter)
+        limits = adapter.limits
+        wanted = ("max-storage-buffer-binding-size", "max-buffer-size", "max-storage-buffers-per-shader-stage",
+                  "max-compute-workgroup-storage-size", "max-compute-invocations-per-workgroup")
+        self.device = adapter.request_device_sync(
+            required_features=[],
+            required_limits={k: limits[k] for k in wanted if k in limits},
+        )
+        self.limits = self.device.limits

@@ -1,0 +1,64 @@
+"""WGSL compute pipelines (compiled once per device and cached) and recorded dispatches."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import wgpu
+
+SHADERS = Path(__file__).parent / "shaders"
+
+
+@dataclass
+class Dispatch:
+    pipeline: object
+    bind_group: object
+    groups: tuple[int, int, int]
+
+
+def pack_params(*values) -> bytes:
+    """A uniform block of 4-byte fields in order: ints as u32, floats as f32 (padded to 16 bytes)."""
+    data = b"".join(struct.pack("<f" if isinstance(v, float) else "<I", v) for v in values)
+    return data + b"\0" * (-len(data) % 16)
+
+
+class Kernels:
+    def __init__(self, device):
+        self.device = device
+        self._modules: dict[str, object] = {}
+        self._pipelines: dict[tuple[str, str], object] = {}
+
+    def pipeline(self, file: str, entry: str = "main"):
+        key = (file, entry)
+        if key not in self._pipelines:
+            if file not in self._modules:
+                code = (SHADERS / file).read_text()
+                self._modules[file] = self.device.create_shader_module(label=file, code=code)
+            self._pipelines[key] = self.device.create_compute_pipeline(
+                label=f"{file}:{entry}", layout="auto",
+                compute={"module": self._modules[file], "entry_point": entry},
+            )
+        return self._pipelines[key]
+
+    def dispatch(self, file: str, entry: str, params: tuple, buffers: list, groups) -> Dispatch:
+        """Record one dispatch: binding 0 is the params block, then `buffers` as bindings 1…"""
+        pipeline = self.pipeline(file, entry)
+        uniform = self.device.create_buffer_with_data(data=pack_params(*params), usage=wgpu.BufferUsage.UNIFORM)
+        entries = [{"binding": 0, "resource": {"buffer": uniform, "offset": 0, "size": uniform.size}}]
+        entries += [{"binding": i + 1, "resource": {"buffer": b, "offset": 0, "size": b.size}}
+                    for i, b in enumerate(buffers)]
+        bind_group = self.device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)
+        g = tuple(groups) + (1,) * (3 - len(groups))
+        return Dispatch(pipeline, bind_group, g)
+
+    def run(self, dispatches: list[Dispatch]) -> None:
+        encoder = self.device.create_command_encoder()
+        compute = encoder.begin_compute_pass()
+        for d in dispatches:
+            compute.set_pipeline(d.pipeline)
+            compute.set_bind_group(0, d.bind_group)
+            compute.dispatch_workgroups(*d.groups)
+        compute.end()
+        self.device.queue.submit([encoder.finish()])
