@@ -64,7 +64,7 @@ def tree(tmp_path_factory):
     (base / "assets" / "unzip" / "old" / "keep.txt").write_text("old output")
     outside = top / "outside"
     outside.mkdir()
-    (outside / "secret.txt").write_text("secret")
+    (outside / "secret.txt").write_text("s3cr3t-content")
     (outside / "secret.toml").write_text(GOOD_CONFIG)
     (outside / "outside.zip").write_bytes(make_zip({"a.txt": b"a"}))
     write_model(models / "tiny.st")
@@ -73,6 +73,10 @@ def tree(tmp_path_factory):
     (models / "secret-link.txt").symlink_to(outside / "secret.txt")
     (models / "secret-link.toml").symlink_to(outside / "secret.toml")
     (base / "assets" / "configs" / "app.toml").write_text(GOOD_CONFIG)
+    (base / "assets" / "unzip" / "outlink").symlink_to(outside, target_is_directory=True)
+    (base / "assets" / "www").mkdir()
+    (base / "assets" / "www" / "index.html").write_text("<h1>page</h1>")
+    (base / "assets" / "www" / "secret-link.txt").symlink_to(outside / "secret.txt")
     (base / "assets" / "models" / "good.zip").write_bytes(make_zip({"dir/x.txt": b"x" * 10, "y.txt": b"y"}))
     (base / "assets" / "models" / "slip.zip").write_bytes(make_zip({"ok.txt": b"1", "../../evil.txt": b"evil"}))
     (base / "assets" / "models" / "slip-abs.zip").write_bytes(make_zip({"/tmp/evil-abs.txt": b"evil"}))
@@ -93,6 +97,8 @@ ip = "127.0.0.1"
 port = 0
 admin_key = "{KEY}"
 max_body_bytes = 65536
+[web]
+path = "assets/www"
 """, source="test-config.toml", base_dir=base)
     with ServerThread(config) as s:
         yield s
@@ -162,6 +168,8 @@ REFUSED = [
     ("/admin/files/unzip", {"zip_path": "assets/models/good.zip", "target_dir": "assets/models"}),
     ("/admin/files/unzip", {"zip_path": "assets/models/good.zip", "target_dir": "assets/unzip"}),
     ("/admin/files/unzip", {"zip_path": "assets/models/good.zip", "target_dir": "assets/unzip/../../../outside"}),
+    ("/admin/files/unzip", {"zip_path": "assets/models/good.zip", "target_dir": "assets/unzip/outlink"}),
+    ("/admin/files/unzip", {"zip_path": "assets/models/good.zip", "target_dir": "assets/unzip/outlink/new"}),
     ("/admin/files/unzip", {"zip_path": "assets/models/slip.zip", "target_dir": "assets/unzip/old"}),
     ("/admin/files/unzip", {"zip_path": "assets/models/slip-abs.zip", "target_dir": "assets/unzip/old"}),
     ("/admin/files/unzip", {"zip_path": "assets/models/slip-link.zip", "target_dir": "assets/unzip/old"}),
@@ -215,3 +223,13 @@ def test_admin_calls_without_the_key_are_refused(server, tree, headers, status):
         assert r.status == status, (route, r)
         assert b"tiny.st" not in r.body  # no listing leaks out
     assert snapshot(tree) == before
+
+
+@pytest.mark.parametrize("path", ["/../outside/secret.txt", "/%2e%2e/%2e%2e/outside/secret.txt",
+                                  "/..%2f..%2foutside%2fsecret.txt", "/secret-link.txt", "/%2fetc%2fpasswd",
+                                  "//etc/passwd", "/..%5c..%5coutside%5csecret.txt"])
+def test_the_web_page_route_serves_nothing_outside_its_folder(server, tree, path):
+    assert server.get("/").body == b"<h1>page</h1>"
+    r = server.get(path)
+    assert r.status in (403, 404), r
+    assert b"s3cr3t-content" not in r.body and b"root:x:" not in r.body
