@@ -1,4 +1,4 @@
-"""The RWKV engine: checkpoints, tokenizers and the numpy backend.
+"""The RWKV engine: checkpoints, tokenizers, the numpy backend and the WebGPU backend.
 
     from ai00_like.rwkv import load_model
     model = load_model("model.st")               # .st / .safetensors / .pth, v4–v7
@@ -16,12 +16,12 @@ from .info import ModelInfo
 
 __all__ = ["load_model", "load_state", "ModelFileError", "ModelInfo"]
 
-DEVICES = ("auto", "cpu")
+DEVICES = ("auto", "cpu", "gpu")  # or a GPU adapter index (gpu.device.list_adapters())
 
 
 def load_model(
     path: str | Path,
-    device: str = "auto",
+    device: str | int = "auto",
     *,
     max_batch: int = 1,
     loras: Sequence[tuple[str | Path, float]] = (),
@@ -31,20 +31,57 @@ def load_model(
     """Load a checkpoint (format and version detected from the file) onto a backend.
 
     `loras` are (file, alpha) pairs merged into the weights at load; `state` is a
-    state-tuning file whose state becomes every slot's initial state. `device` "auto"
-    picks the numpy backend until the GPU backend exists. `progress(done, total)` follows
-    the preparation of the layers (where fp16/bf16 weights are converted).
+    state-tuning file whose state becomes every slot's initial state. `device`: "cpu" is
+    the numpy backend; "gpu" the best WebGPU adapter (a software one if nothing else); an
+    int (or digits) that adapter of `gpu.device.list_adapters()`; "auto" a real GPU when
+    there is one and the model's version runs there, else the numpy backend.
+    `progress(done, total)` follows the preparation of the layers (where fp16/bf16 weights
+    are converted).
     """
     from .cpu.model import CpuModel
     from .loader import read_checkpoint
 
-    if device not in DEVICES:
-        raise ValueError(f"unknown device {device!r}; expected one of {DEVICES}")
+    adapter = _choose_adapter(device)
     # bf16 stays mapped here and is widened layer by layer in the model, with the rest.
     checkpoint = read_checkpoint(path, loras=loras, keep_bf16=True)
     initial = load_state(state, checkpoint.info) if state is not None else None
+    if adapter is not None and (device != "auto" or checkpoint.info.version in GPU_VERSIONS):
+        if checkpoint.info.version not in GPU_VERSIONS:
+            raise ValueError(f"the GPU backend runs RWKV {', '.join(GPU_VERSIONS)} only so far, "
+                             f"not v{checkpoint.info.version}; use device='cpu'")
+        from .gpu.model import GpuModel
+
+        return GpuModel(checkpoint.tensors, checkpoint.info, max_batch=max_batch, initial_state=initial,
+                        progress=progress, adapter=adapter)
     return CpuModel(checkpoint.tensors, checkpoint.info, max_batch=max_batch, initial_state=initial,
                     progress=progress)
+
+
+GPU_VERSIONS = ("7",)
+
+
+def _choose_adapter(device: str | int) -> int | None:
+    """The adapter index `device` asks for, or None for the numpy backend."""
+    from .gpu import device as gpu
+
+    if isinstance(device, str) and device.isdigit():
+        device = int(device)
+    if isinstance(device, int) and not isinstance(device, bool):
+        adapters = gpu.list_adapters()
+        if not 0 <= device < len(adapters):
+            found = "; ".join(a.describe() for a in adapters) or "none (is wgpu installed?)"
+            raise ValueError(f"no GPU adapter {device}; adapters: {found}")
+        return device
+    if device not in DEVICES:
+        raise ValueError(f"unknown device {device!r}; expected one of {DEVICES} or an adapter index")
+    if device == "cpu":
+        return None
+    best = gpu.best_adapter(allow_software=device == "gpu")
+    if best is None and device == "gpu":
+        if not gpu.available():
+            raise ValueError("device 'gpu' needs the wgpu package (pip install wgpu)")
+        raise ValueError("device 'gpu': no WebGPU adapter with compute (Vulkan, Metal or D3D12) found")
+    return best.index if best is not None else None
 
 
 def load_state(path: str | Path, info: ModelInfo):

@@ -56,7 +56,10 @@ def list_adapters() -> list[AdapterInfo]:
     """Every adapter wgpu finds (empty when wgpu is not installed)."""
     if not available():
         return []
-    return [_info(i, a) for i, a in enumerate(_adapters())]
+    try:
+        return [_info(i, a) for i, a in enumerate(_adapters())]
+    except Exception:  # a broken driver install must not stop the numpy backend from loading
+        return []
 
 
 def best_adapter(allow_software: bool) -> AdapterInfo | None:

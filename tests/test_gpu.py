@@ -1,0 +1,173 @@
+"""The WebGPU backend against the numpy backend (issue 6), on small synthetic RWKV-7 models.
+
+Runs on any Vulkan/Metal/D3D12 adapter, including Mesa's software lavapipe
+(`apt-get install mesa-vulkan-drivers`); skipped when wgpu or such an adapter is missing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ai00_like.rwkv.batch import StepInput
+from ai00_like.rwkv.info import detect
+from ai00_like.rwkv.synthetic import make_checkpoint
+from engine_helpers import greedy, rel_err
+
+pytest.importorskip("wgpu", reason="the GPU backend needs the wgpu package")
+from ai00_like.rwkv.gpu.device import best_adapter, list_adapters  # noqa: E402
+
+ADAPTER = best_adapter(allow_software=True)
+pytestmark = pytest.mark.skipif(ADAPTER is None, reason="no WebGPU adapter with compute (apt-get install mesa-vulkan-drivers)")
+
+TOLERANCE = 1e-4  # max |Δlogits| / std(logits), fp32 on both sides
+SHAPE = dict(n_layer=2, n_embd=64, head_size=32, vocab=1000)  # lavapipe runs ≈ 1 GFLOP/s: keep it small
+
+
+def tokens(seed, n, vocab=SHAPE["vocab"]):
+    return np.random.default_rng(seed).integers(0, vocab, n).tolist()
+
+
+def pair(seed, max_batch=1):
+    """(numpy model, GPU model) of one synthetic checkpoint."""
+    from ai00_like.rwkv.cpu.model import CpuModel
+    from ai00_like.rwkv.gpu.model import GpuModel
+
+    tensors = make_checkpoint("7", seed=seed, **SHAPE)
+    info = detect({k: a.shape for k, a in tensors.items()})
+    return (CpuModel(tensors, info, max_batch=max_batch),
+            GpuModel(tensors, info, max_batch=max_batch, adapter=ADAPTER.index))
+
+
+@pytest.fixture(scope="module")
+def models():
+    return pair(seed=7, max_batch=4)
+
+
+def test_adapters_are_listed_with_their_kind():
+    adapters = list_adapters()
+    assert ADAPTER in adapters
+    for a in adapters:
+        assert a.name and a.backend
+        if "llvmpipe" in a.name.lower():
+            assert a.software
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_prompt_and_greedy_steps_match_numpy(seed):
+    cpu, gpu = pair(seed)
+    prompt = tokens(seed, 24)  # ≥ 8 rows: the tiled matrix kernel; the decode steps: matrix–vector
+    want, want_ids = greedy(cpu, prompt, 8)
+    got, got_ids = greedy(gpu, prompt, 8)
+    errors = [rel_err(g, w) for g, w in zip(got, want)]
+    assert max(errors) < TOLERANCE, f"worst step {int(np.argmax(errors))}: {max(errors):.2e}"
+    assert got_ids == want_ids
+
+
+def test_every_tokens_logits_and_the_state_match_numpy(models):
+    cpu, gpu = models
+    prompt = tokens(3, 19)
+    want, want_state = cpu.forward(prompt, full_output=True)
+    got, got_state = gpu.forward(prompt, full_output=True)
+    assert got.shape == want.shape == (19, SHAPE["vocab"])
+    assert max(rel_err(g, w) for g, w in zip(got, want)) < TOLERANCE
+    for name in ("att_shift", "wkv", "ffn_shift"):
+        np.testing.assert_allclose(getattr(got_state, name), getattr(want_state, name), rtol=1e-4, atol=1e-5)
+
+
+def test_forward_continues_from_a_given_state_and_leaves_it_alone(models):
+    cpu, gpu = models
+    _, state = cpu.forward(tokens(4, 10))
+    before = state.copy()
+    want, _ = cpu.forward(tokens(5, 3), state)
+    got, _ = gpu.forward(tokens(5, 3), state)
+    assert rel_err(got, want) < TOLERANCE
+    np.testing.assert_array_equal(state.wkv, before.wkv)
+
+
+def test_batched_step_of_mixed_slots_matches_single_runs(models):
+    _, gpu = models
+    for slot in range(4):
+        gpu.reset(slot)
+    history = {0: tokens(10, 9), 2: tokens(11, 1), 3: tokens(12, 5)}
+    # slot 2 decodes after a prefill of its own; slot 3's prompt arrives in two chunks
+    gpu.step([StepInput(2, tokens(13, 6), "none")])
+    history[2] = tokens(13, 6) + history[2]
+    gpu.step([StepInput(3, history[3][:2], "none")])
+    out = gpu.step([
+        StepInput(0, history[0], "all"),
+        StepInput(1, [], "last"),
+        StepInput(2, history[2][-1:], "last"),
+        StepInput(3, history[3][2:], "last"),
+    ])
+    assert out[1] is None
+    alone = {slot: gpu.forward(toks, full_output=slot == 0)[0] for slot, toks in history.items()}
+    assert out[0].shape == (9, SHAPE["vocab"])
+    for slot in (0, 2, 3):
+        assert rel_err(out[slot], alone[slot]) < TOLERANCE, slot
+    # the step updated each slot's state as a run of its own would
+    _, state3 = gpu.forward(history[3])
+    np.testing.assert_allclose(gpu.read_state(3).wkv, state3.wkv, rtol=1e-4, atol=1e-5)
+
+
+def test_state_save_restore_and_reset(models):
+    cpu, gpu = models
+    prompt, more = tokens(20, 12), tokens(21, 4)
+    gpu.reset(0)
+    gpu.step([StepInput(0, prompt, "none")])
+    saved = gpu.read_state(0)
+    _, cpu_state = cpu.forward(prompt)
+    np.testing.assert_allclose(saved.wkv, cpu_state.wkv, rtol=1e-4, atol=1e-5)
+    (first,) = gpu.step([StepInput(0, more, "last")])
+    gpu.write_state(1, saved)  # restored into another slot: continues identically
+    (again,) = gpu.step([StepInput(1, more, "last")])
+    np.testing.assert_allclose(again, first, rtol=1e-5, atol=1e-5)
+    gpu.reset(1)
+    (fresh,) = gpu.step([StepInput(1, more, "last")])
+    assert rel_err(fresh, gpu.forward(more)[0]) < 1e-5
+    assert rel_err(fresh, first) > 1e-2
+
+
+def test_bad_step_inputs_are_refused(models):
+    _, gpu = models
+    with pytest.raises(ValueError, match="slot"):
+        gpu.step([StepInput(4, [1], "last")])  # the scratch slot of `forward` is not a pool slot
+    with pytest.raises(ValueError, match="token ids"):
+        gpu.step([StepInput(0, [SHAPE["vocab"]], "last")])
+    with pytest.raises(ValueError, match="slot"):
+        gpu.read_state(-1)
+
+
+def test_load_model_picks_the_device(tmp_path):
+    from safetensors.numpy import save_file
+
+    from ai00_like.rwkv import load_model
+    from ai00_like.rwkv.cpu.model import CpuModel
+    from ai00_like.rwkv.gpu.model import GpuModel
+
+    path = tmp_path / "tiny.st"
+    save_file(make_checkpoint("7", seed=5, **SHAPE), path)
+    assert isinstance(load_model(path, device="cpu"), CpuModel)
+    on_gpu = load_model(path, device="gpu")
+    assert isinstance(on_gpu, GpuModel)
+    assert isinstance(load_model(path, device=str(ADAPTER.index)), GpuModel)
+    auto = load_model(path, device="auto")  # a software adapter is never picked by "auto"
+    assert isinstance(auto, CpuModel if best_adapter(allow_software=False) is None else GpuModel)
+    assert rel_err(on_gpu.forward([1, 2, 3])[0], auto.forward([1, 2, 3])[0]) < TOLERANCE
+    with pytest.raises(ValueError, match="no GPU adapter 99"):
+        load_model(path, device=99)
+    with pytest.raises(ValueError, match="unknown device"):
+        load_model(path, device="tpu")
+
+
+def test_versions_without_kernels_are_refused_on_the_gpu(tmp_path):
+    from safetensors.numpy import save_file
+
+    from ai00_like.rwkv import load_model
+    from ai00_like.rwkv.cpu.model import CpuModel
+
+    path = tmp_path / "v6.st"
+    save_file(make_checkpoint("6", n_layer=1, n_embd=64, head_size=32, vocab=100, seed=1), path)
+    with pytest.raises(ValueError, match="RWKV 7 only"):
+        load_model(path, device="gpu")
+    assert isinstance(load_model(path, device="auto"), CpuModel)
