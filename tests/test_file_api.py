@@ -52,6 +52,15 @@ def make_zip(entries: dict[str, bytes], *, symlink: str | None = None) -> bytes:
     return buf.getvalue()
 
 
+def lying_zip(data: bytes, declared: int) -> bytes:
+    """A zip whose headers say its one entry unpacks to `declared` bytes."""
+    raw = bytearray(make_zip({"zeros.bin": data}))
+    raw[22:26] = declared.to_bytes(4, "little")  # local file header: uncompressed size
+    central = raw.index(b"PK\x01\x02")
+    raw[central + 24:central + 28] = declared.to_bytes(4, "little")
+    return bytes(raw)
+
+
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory):
     top = tmp_path_factory.mktemp("files")
@@ -82,6 +91,7 @@ def tree(tmp_path_factory):
     (base / "assets" / "models" / "slip-abs.zip").write_bytes(make_zip({"/tmp/evil-abs.txt": b"evil"}))
     (base / "assets" / "models" / "slip-link.zip").write_bytes(make_zip({"ok.txt": b"1"}, symlink=str(outside)))
     (base / "assets" / "models" / "bomb.zip").write_bytes(make_zip({"zeros.bin": bytes(4 << 20)}))
+    (base / "assets" / "models" / "liar.zip").write_bytes(lying_zip(bytes(4 << 20), declared=100))
     return top
 
 
@@ -192,6 +202,13 @@ def test_zip_bomb_is_refused_and_nothing_changes(server, tree, monkeypatch):
     r = post(server, "/admin/files/unzip", {"zip_path": "assets/models/bomb.zip", "target_dir": "assets/unzip/old"})
     assert r.status == 413, r
     assert r.json()["error"]["code"] == "archive_too_large"
+    assert snapshot(tree) == before
+
+
+def test_an_archive_that_lies_about_its_size_is_refused_and_nothing_changes(server, tree):
+    before = snapshot(tree)
+    r = post(server, "/admin/files/unzip", {"zip_path": "assets/models/liar.zip", "target_dir": "assets/unzip/old"})
+    assert r.status == 400 and "broken zip" in r.json()["error"]["message"], r
     assert snapshot(tree) == before
 
 

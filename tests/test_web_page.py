@@ -181,3 +181,23 @@ def test_markdown_is_rendered_and_html_is_escaped(page):
     assert out.locator("img, script, a").count() == 0
     assert "<img src=x" in out.inner_text() and "<script>" in out.locator("pre").inner_text()
     assert page.evaluate("window.pwned") is None
+
+
+def test_regenerate_and_several_conversations(page, server):
+    set_setting(page, "max_tokens", "8")
+    page.fill("#chat-input", "First")
+    page.click("#chat-send")
+    page.locator(".msg.assistant.done").wait_for()
+    page.click("#chat-regenerate")
+    page.locator(".msg.assistant.done").wait_for()
+    assert page.locator(".msg.assistant").count() == 1 and page.locator(".msg.user").count() == 1
+    page.click("#chat-new")
+    assert page.locator(".msg").count() == 0
+    page.fill("#chat-input", "Second")
+    page.click("#chat-send")
+    page.locator(".msg.assistant.done").wait_for()
+    assert page.locator("#conversations li").count() == 2
+    page.locator("#conversations li", has_text="First").click()
+    assert page.locator(".msg.user").inner_text() == "First"
+    page.reload()
+    assert page.locator("#conversations li").count() == 2
