@@ -91,6 +91,11 @@ def tree(tmp_path_factory):
     (base / "assets" / "models" / "slip-abs.zip").write_bytes(make_zip({"/tmp/evil-abs.txt": b"evil"}))
     (base / "assets" / "models" / "slip-link.zip").write_bytes(make_zip({"ok.txt": b"1"}, symlink=str(outside)))
     (base / "assets" / "models" / "bomb.zip").write_bytes(make_zip({"zeros.bin": bytes(4 << 20)}))
+    clash = io.BytesIO()
+    with zipfile.ZipFile(clash, "w") as z, pytest.warns(UserWarning):
+        z.writestr("same.txt", b"1")
+        z.writestr("same.txt", b"2")
+    (base / "assets" / "models" / "clash.zip").write_bytes(clash.getvalue())
     (base / "assets" / "models" / "liar.zip").write_bytes(lying_zip(bytes(4 << 20), declared=100))
     return top
 
@@ -209,6 +214,13 @@ def test_an_archive_that_lies_about_its_size_is_refused_and_nothing_changes(serv
     before = snapshot(tree)
     r = post(server, "/admin/files/unzip", {"zip_path": "assets/models/liar.zip", "target_dir": "assets/unzip/old"})
     assert r.status == 400 and "broken zip" in r.json()["error"]["message"], r
+    assert snapshot(tree) == before
+
+
+def test_an_archive_with_clashing_entries_is_refused_and_nothing_changes(server, tree):
+    before = snapshot(tree)
+    r = post(server, "/admin/files/unzip", {"zip_path": "assets/models/clash.zip", "target_dir": "assets/unzip/old"})
+    assert r.status == 400 and "clash" in r.json()["error"]["message"], r
     assert snapshot(tree) == before
 
 

@@ -240,6 +240,9 @@ async def files_unzip(request: web.Request, serving: Serving) -> UnzipResponse:
         return await asyncio.to_thread(unzip_into, config, zip_file, output, zip_param)
     except zipfile.BadZipFile as e:
         raise bad_request(f"'{zip_param}': broken zip file: {e}", zip_param) from None
+    except (FileExistsError, NotADirectoryError, IsADirectoryError) as e:  # e.g. the same name twice
+        raise bad_request(f"'{zip_param}': the archive's entries clash: {e.filename and Path(e.filename).name}: "
+                          f"{e.strerror}", zip_param) from None
 
 
 # ------------------------------------------------------------------------------ config load / save
