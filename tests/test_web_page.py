@@ -201,3 +201,24 @@ def test_regenerate_and_several_conversations(page, server):
     assert page.locator(".msg.user").inner_text() == "First"
     page.reload()
     assert page.locator("#conversations li").count() == 2
+
+
+def test_the_api_key_is_asked_for_once(browser, model_dir, tmp_path):
+    extra = f'[tokenizer]\npath = "{DEMO / "demo_vocab.txt"}"\n[web]\npath = "{WWW}"\n'
+    config = config_for(model_dir, extra, model="demo.st", max_batch=2, listen_extra='api_keys = ["page-api-key"]')
+    with ServerThread(config) as server:
+        context = browser.new_context()
+        page = context.new_page()
+        page.set_default_timeout(WAIT_MS)
+        dialogs: list[str] = []
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.accept("page-api-key")))
+        page.goto(f"http://127.0.0.1:{server.port}/")
+        page.locator("#model-badge", has_text="demo").wait_for()
+        set_setting(page, "max_tokens", "8")
+        page.fill("#chat-input", "Hello")
+        page.click("#chat-send")
+        page.locator(".msg.assistant.done").wait_for()
+        assert page.locator(".msg.assistant .error").count() == 0
+        assert page.locator(".msg.assistant").inner_text().strip()
+        assert len(dialogs) == 1 and "API key" in dialogs[0]
+        context.close()

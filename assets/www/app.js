@@ -24,10 +24,13 @@ function authHeaders(path) {
 }
 
 async function api(path, { method = "GET", body, signal } = {}, retried = false) {
+  const used = store.get(keyName(path), "");
   const init = { method, signal, headers: { ...authHeaders(path) } };
   if (body !== undefined) { init.method = method === "GET" ? "POST" : method; init.body = JSON.stringify(body); init.headers["Content-Type"] = "application/json"; }
   const response = await fetch(path, init);
   if ((response.status === 401 || response.status === 403) && !retried) {
+    // Another request may have asked for the key meanwhile: use it rather than ask again.
+    if (store.get(keyName(path), "") !== used) return api(path, { method, body, signal }, true);
     const which = keyName(path) === "adminKey" ? "admin key ([listen] admin_key)" : "API key ([listen] api_keys)";
     const given = window.prompt(`This server needs its ${which}:`, "");
     if (given) { store.set(keyName(path), given.trim()); return api(path, { method, body, signal }, true); }
