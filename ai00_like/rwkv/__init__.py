@@ -34,7 +34,7 @@ def load_model(
     state-tuning file whose state becomes every slot's initial state. `device`: "cpu" is
     the numpy backend; "gpu" the best WebGPU adapter (a software one if nothing else); an
     int (or digits) that adapter of `gpu.device.list_adapters()`; "auto" a real GPU when
-    there is one and the model's version runs there, else the numpy backend.
+    there is one, else the numpy backend.
     `progress(done, total)` follows the preparation of the layers (where fp16/bf16 weights
     are converted).
     """
@@ -57,7 +57,7 @@ def load_model(
                     progress=progress)
 
 
-GPU_VERSIONS = ("7",)
+GPU_VERSIONS = ("4", "5.0", "5.1", "5.2", "6", "7")
 
 
 def _choose_adapter(device: str | int) -> int | None:

@@ -1,4 +1,4 @@
-"""The WebGPU RWKV model: the same interface as the numpy `CpuModel` (RWKV-7, fp32 weights).
+"""The WebGPU RWKV model: the same interface as the numpy `CpuModel` (v4, v5.x, v6, v7; fp32 weights).
 
 One batched step runs every slot's rows as one stack (rwkv-spec §4.2): the embedding rows
 are gathered on the CPU, then each layer is a fixed list of compute dispatches over the
@@ -18,7 +18,8 @@ import wgpu
 
 from ..batch import BatchPlan, StepInput
 from ..info import ModelInfo
-from ..state import State, StatePool
+from ..state import State, StatePool, wkv_shape
+from ..cpu.blocks import LayerWeights
 from ..cpu.ops import GN_EPS, LN_EPS, as_float32, layer_norm
 from .device import Device
 from .kernels import Kernels
@@ -27,11 +28,12 @@ from .kernels import Kernels
 # mixed inputs of the v7 time mix are consecutive, in the order of its coefficients (rwkvag).
 REGIONS = ("x", "z", "prev", "xr", "xw", "xk", "xv", "xa", "xg",
            "r", "w", "k", "v", "a", "b", "g", "y", "t", "vfirst", "h")
+MAX_HEAD_SIZE = 64  # the WKV kernels keep one row of a head's state per thread
 MATVEC_ROWS = 8  # fewer rows than this go through the matrix–vector kernel
 PROGRAMS_KEPT = 32  # recorded step shapes kept for reuse
 STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
 
-NONE, TANH, SIGMOID, RELU2 = 0, 1, 2, 3
+NONE, TANH, SIGMOID, RELU2, SILU = 0, 1, 2, 3, 4  # activations fused into the products
 
 
 class GpuModel:
@@ -40,8 +42,8 @@ class GpuModel:
     def __init__(self, tensors: Mapping[str, np.ndarray], info: ModelInfo, max_batch: int = 1,
                  initial_state: State | None = None, progress: Callable[[int, int], None] | None = None,
                  adapter: int = 0):
-        if info.version != "7":
-            raise ValueError(f"the GPU backend runs RWKV-7 only so far, not v{info.version}")
+        if info.version != "4" and info.head_size > MAX_HEAD_SIZE:
+            raise ValueError(f"the GPU kernels take heads of up to {MAX_HEAD_SIZE}, not {info.head_size}")
         self.info = info
         self.tensors = tensors
         self.gpu = Device(adapter)
@@ -51,48 +53,32 @@ class GpuModel:
 
         upload = self._upload
         vec = lambda name: as_float32(tensors[name]).reshape(-1)  # noqa: E731
-        mat = lambda name: as_float32(tensors[name])  # noqa: E731
-        C = info.n_embd
         self.ln0 = (upload(vec("blocks.0.ln0.weight")), upload(vec("blocks.0.ln0.bias")))
+        load_layer = {"4": self._layer4, "6": self._layer6, "7": self._layer7}.get(info.version, self._layer5)
         self.layers = []
         for i in range(info.n_layer):
-            p = f"blocks.{i}."
-            att = lambda n: p + "att." + n  # noqa: E731
-            layer = {
-                "ln1": (upload(vec(p + "ln1.weight")), upload(vec(p + "ln1.bias"))),
-                "ln2": (upload(vec(p + "ln2.weight")), upload(vec(p + "ln2.bias"))),
-                "mix": upload(np.stack([vec(att(f"x_{q}")) for q in "rwkvag"])),
-                "prepare": upload(np.concatenate([
-                    vec(att("w0")), vec(att("a0")), vec(att("v0")) if i else np.zeros(C, np.float32),
-                    vec(att("k_k")), vec(att("k_a"))])),
-                "out_vecs": upload(np.concatenate([vec(att("ln_x.weight")), vec(att("ln_x.bias")), vec(att("r_k"))])),
-                "ffn_mix": upload(vec(p + "ffn.x_k")),
-            }
-            for n in ("receptance", "key", "value", "output"):
-                layer[n] = self._matrix(mat(att(f"{n}.weight")))
-            # The LoRA matrices are stored [in, out] (x @ A); kept transposed, like the rest.
-            for n in ("w1", "w2", "a1", "a2", "g1", "g2") + (("v1", "v2") if i else ()):
-                layer[n] = self._matrix(np.ascontiguousarray(mat(att(n)).T))
-            layer["ffn_key"] = self._matrix(mat(p + "ffn.key.weight"))
-            layer["ffn_value"] = self._matrix(mat(p + "ffn.value.weight"))
+            layer = load_layer(LayerWeights(tensors, i), i)
+            layer["ln1"] = (upload(vec(f"blocks.{i}.ln1.weight")), upload(vec(f"blocks.{i}.ln1.bias")))
+            layer["ln2"] = (upload(vec(f"blocks.{i}.ln2.weight")), upload(vec(f"blocks.{i}.ln2.bias")))
             self.layers.append(layer)
             if progress:
                 progress(i + 1, info.n_layer + 1)
         self.ln_out = (vec("ln_out.weight"), vec("ln_out.bias"))
         self.ln_out_gpu = (upload(self.ln_out[0]), upload(self.ln_out[1]))
-        self.head = self._matrix(mat("head.weight"))
+        self.head = self._matrix(as_float32(tensors["head.weight"]))
         if progress:
             progress(info.n_layer + 1, info.n_layer + 1)
 
-        self.width = max([C, info.ffn] + [m[1] for layer in self.layers for m in layer.values()
-                                           if isinstance(m, tuple) and len(m) == 3])
+        matrices = [m for layer in self.layers for m in layer.values() if isinstance(m, tuple) and len(m) == 3]
+        matrices += [m for layer in self.layers for m in layer.get("maa_w2", {}).values()]
+        self.width = max([info.n_embd, info.ffn] + [max(m[1], m[2]) for m in matrices])
         # The pool has one slot more than max_batch: `forward` runs in the last one.
         self.pool = StatePool(info, 1, initial_state)  # holds the initial state only
         self._max_batch = max_batch
         slots = max_batch + 1
-        L, H, N = info.n_layer, info.n_head, info.head_size
-        self.shift_floats = L * C
-        self.wkv_floats = L * H * N * N
+        L = info.n_layer
+        self.shift_floats = L * info.n_embd
+        self.wkv_floats = L * int(np.prod(wkv_shape(info)))
         self.att_shift = self._buffer(slots * self.shift_floats)
         self.ffn_shift = self._buffer(slots * self.shift_floats)
         self.wkv = self._buffer(slots * self.wkv_floats)
@@ -100,6 +86,86 @@ class GpuModel:
             self._write_slot(slot, self.pool.initial)
         self.capacity = 0
         self.programs: OrderedDict[tuple, list] = OrderedDict()
+
+
+    # ------------------------------------------------------------------ weights per version
+    # Matrices as [out, in] buffers (the LoRA matrices, stored [in, out], transposed once);
+    # the small vectors of a block packed into one buffer in the order its kernel reads them.
+
+    def _lora(self, w: LayerWeights, name: str):
+        return self._matrix(np.ascontiguousarray(w.matrix(name).T))
+
+    def _linears(self, w: LayerWeights, prefix: str, names) -> dict:
+        return {f"{prefix}{n}": self._matrix(w.matrix(f"{prefix}{n}.weight")) for n in names}
+
+    def _layer4(self, w: LayerWeights, i: int) -> dict:
+        return {
+            "mix": self._upload(1.0 - np.stack([w.vector(f"att.time_mix_{q}") for q in "rkv"])),
+            "wkv": self._upload(np.concatenate([-np.exp(w.vector("att.time_decay")), w.vector("att.time_first")])),
+            **self._linears(w, "att.", ("receptance", "key", "value", "output")),
+            **self._channel_mix4(w),
+        }
+
+    def _channel_mix4(self, w: LayerWeights) -> dict:
+        """v4/v5 channel mix: x = z·μ + p·(1−μ) = z + (p − z)(1 − μ), in region order r, k."""
+        return {"ffn_mix": self._upload(1.0 - np.stack([w.vector("ffn.time_mix_r"), w.vector("ffn.time_mix_k")])),
+                **self._linears(w, "ffn.", ("receptance", "key", "value"))}
+
+    def _per_channel(self, values: np.ndarray) -> np.ndarray:
+        """v5.0/5.1 keep decay and bonus per head, 5.2 per channel: as one value per channel."""
+        H, N = self.info.n_head, self.info.head_size
+        return np.broadcast_to(values.reshape(H, -1), (H, N)).reshape(-1)
+
+    def _layer5(self, w: LayerWeights, i: int) -> dict:
+        gated = self.info.version != "5.0"
+        bonus = w.matrix("att.time_faaaa") if w.has("att.time_faaaa") else np.exp(w.matrix("att.time_first"))
+        mix = 1.0 - np.stack([w.vector(f"att.time_mix_{q}") for q in ("rkvg" if gated else "rkv")])
+        return {
+            "gated": gated,
+            "mix": self._upload(mix),
+            "wkv": self._upload(np.concatenate([self._per_channel(bonus),
+                                                self._per_channel(-np.exp(w.matrix("att.time_decay")))])),
+            "ln_x": (self._upload(w.vector("att.ln_x.weight")), self._upload(w.vector("att.ln_x.bias"))),
+            **self._linears(w, "att.", ("receptance", "key", "value", "output") + (("gate",) if gated else ())),
+            **self._channel_mix4(w),
+        }
+
+    def _layer6(self, w: LayerWeights, i: int) -> dict:
+        C = self.info.n_embd
+        maa_w2 = w.matrix("att.time_maa_w2")  # [5, Dm, C], slices in the order w, k, v, r, g
+        maa = {q: w.vector(f"att.time_maa_{q}") for q in "wkvrg"}
+        return {
+            "maa_x": self._upload(w.vector("att.time_maa_x")),
+            # in region order r, w, k, v, (a: unused), g
+            "maa": self._upload(np.stack([maa["r"], maa["w"], maa["k"], maa["v"], np.zeros(C, np.float32), maa["g"]])),
+            "maa_w1": self._lora(w, "att.time_maa_w1"),
+            "maa_w2": {q: self._matrix(np.ascontiguousarray(maa_w2[n].T)) for n, q in enumerate("wkvrg")},
+            "decay_w1": self._lora(w, "att.time_decay_w1"),
+            "decay_w2": self._lora(w, "att.time_decay_w2"),
+            "wkv": self._upload(np.concatenate([w.vector("att.time_faaaa"), w.vector("att.time_decay")])),
+            "ln_x": (self._upload(w.vector("att.ln_x.weight")), self._upload(w.vector("att.ln_x.bias"))),
+            **self._linears(w, "att.", ("receptance", "key", "value", "gate", "output")),
+            "ffn_mix": self._upload(np.stack([w.vector("ffn.time_maa_r"), w.vector("ffn.time_maa_k")])),
+            **self._linears(w, "ffn.", ("receptance", "key", "value")),
+        }
+
+    def _layer7(self, w: LayerWeights, i: int) -> dict:
+        C = self.info.n_embd
+        layer = {
+            "mix": self._upload(np.stack([w.vector(f"att.x_{q}") for q in "rwkvag"])),
+            "prepare": self._upload(np.concatenate([
+                w.vector("att.w0"), w.vector("att.a0"), w.vector("att.v0") if i else np.zeros(C, np.float32),
+                w.vector("att.k_k"), w.vector("att.k_a")])),
+            "out_vecs": self._upload(np.concatenate([w.vector("att.ln_x.weight"), w.vector("att.ln_x.bias"),
+                                                     w.vector("att.r_k")])),
+            "ffn_mix": self._upload(w.vector("ffn.x_k")),
+            **self._linears(w, "att.", ("receptance", "key", "value", "output")),
+            **self._linears(w, "ffn.", ("key", "value")),
+        }
+        # block 0's value-residual LoRA exists in files but is unused
+        for n in ("w1", "w2", "a1", "a2", "g1", "g2") + (("v1", "v2") if i else ()):
+            layer[n] = self._lora(w, f"att.{n}")
+        return layer
 
     # ------------------------------------------------------------------ buffers
 
@@ -154,7 +220,7 @@ class GpuModel:
         L, C = self.info.n_layer, self.info.n_embd
         read = lambda buf, n: np.frombuffer(  # noqa: E731
             self.gpu.device.queue.read_buffer(buf, 4 * slot * n, 4 * n), dtype=np.float32).copy()
-        wkv = read(self.wkv, self.wkv_floats).reshape(L, self.info.n_head, self.info.head_size, self.info.head_size)
+        wkv = read(self.wkv, self.wkv_floats).reshape(L, *wkv_shape(self.info))
         return State(read(self.att_shift, self.shift_floats).reshape(L, C), wkv,
                      read(self.ffn_shift, self.shift_floats).reshape(L, C))
 
@@ -258,77 +324,142 @@ class GpuModel:
         return self.programs[key]
 
     def _record(self, rows: int, segments: int, wanted: int) -> list:
+        """The dispatches of one step shape; per layer the blocks of rwkv-spec §2 for the version."""
         info, K = self.info, self.kernels
         C, H, N = info.n_embd, info.n_head, info.head_size
         cap, act, plan = self.capacity, self.act, self.plan_buffer
         off = self._off
         groups_c = (C + 63) // 64
         out: list = []
+        # The mixed inputs go to consecutive regions from "xr": mixed(q) is the q-th.
+        mixed = lambda q: REGIONS[REGIONS.index("xr") + q]  # noqa: E731
 
         def norm(src, dst, weights, n_rows, groups=1, eps=LN_EPS):
             out.append(K.dispatch("layer_norm.wgsl", "main", (n_rows, C, groups, off(src), off(dst), eps),
                                   [act, *weights], (groups, n_rows)))
 
-        def linear(src, matrix, dst, n_rows, activation=NONE, accumulate=0, target=None):
+        def linear(src, matrix, dst, activation=NONE, accumulate=0, target=None, n_rows=rows,
+                   src_shift=0, src_stride=None):
             buf, M, Kdim = matrix
             dst_off = 0 if target is not None else off(dst)
-            params = (n_rows, M, Kdim, off(src), 0, dst_off, activation, accumulate)
+            params = (n_rows, M, Kdim, off(src) + src_shift, src_stride or Kdim, 0, dst_off, activation, accumulate)
             if n_rows < MATVEC_ROWS:
                 entry, groups = "matvec", ((M + 3) // 4, n_rows)
             else:
                 entry, groups = "matmul_tiled", ((M + 15) // 16, (n_rows + 15) // 16)
             out.append(K.dispatch("matmul.wgsl", entry, params, [act, buf, target or act], groups))
 
+        def multiply(a, b, dst, accumulate=0):
+            out.append(K.dispatch("elementwise.wgsl", "mul", (C, off(a), off(b), off(dst), accumulate), [act],
+                                  (groups_c, rows)))
+
         def shift(state, layer):
             params = (C, 2 * cap, off("z"), off("prev"), layer * C, self.shift_floats)
             out.append(K.dispatch("token_shift.wgsl", "shift", params, [act, state, plan], (groups_c, rows)))
             out.append(K.dispatch("token_shift.wgsl", "save", params, [act, state, plan], (groups_c, segments)))
 
-        def mix(mu, dst, count):
-            out.append(K.dispatch("mix.wgsl", "main", (C, off("z"), off("prev"), off(dst), self.region),
+        def mix(mu, count, dst="xr", entry="main"):
+            out.append(K.dispatch("mix.wgsl", entry, (C, off("z"), off("prev"), off(dst), self.region),
                                   [act, mu], (groups_c, rows, count)))
 
-        norm("x", "x", self.ln0, rows)
-        for i, w in enumerate(self.layers):
-            # time mix (rwkv-spec §2.5)
-            norm("x", "z", w["ln1"], rows)
-            shift(self.att_shift, i)
-            mix(w["mix"], "xr", 6)
-            linear("xr", w["receptance"], "r", rows)
-            linear("xk", w["key"], "k", rows)
-            linear("xv", w["value"], "v", rows)
-            linear("xw", w["w1"], "t", rows, TANH)
-            linear("t", w["w2"], "w", rows)
-            linear("xa", w["a1"], "t", rows)
-            linear("t", w["a2"], "a", rows)
+        def wkv(shader, params, vecs, groups):
+            out.append(K.dispatch(shader, "main", params, [act, self.wkv, plan] + ([vecs] if vecs else []), groups))
+
+        layer_wkv = self.wkv_floats // info.n_layer
+
+        def time_mix4(i, w):
+            mix(w["mix"], 3)  # r, k, v
+            linear(mixed(0), w["att.receptance"], "r", SIGMOID)
+            linear(mixed(1), w["att.key"], "k")
+            linear(mixed(2), w["att.value"], "v")
+            wkv("wkv4.wgsl", (C, 2 * cap, off("r"), off("k"), off("v"), off("y"), i * layer_wkv, self.wkv_floats),
+                w["wkv"], (groups_c, segments))
+            linear("y", w["att.output"], "x", accumulate=1)
+
+        def time_mix5(i, w):
+            mix(w["mix"], 4 if w["gated"] else 3)  # r, k, v (, g)
+            linear(mixed(0), w["att.receptance"], "r")
+            linear(mixed(1), w["att.key"], "k")
+            linear(mixed(2), w["att.value"], "v")
+            wkv5(i, w, dynamic=0)
+            if w["gated"]:
+                linear(mixed(3), w["att.gate"], "g", SILU)
+                multiply("y", "g", "y")
+            linear("y", w["att.output"], "x", accumulate=1)
+
+        def wkv5(i, w, dynamic):
+            wkv("wkv5.wgsl", (C, N, 2 * cap, dynamic, off("r"), off("w"), off("k"), off("v"), off("y"),
+                              i * layer_wkv, self.wkv_floats), w["wkv"], (H, segments))
+            norm("y", "y", w["ln_x"], rows, groups=H, eps=GN_EPS)
+
+        def time_mix6(i, w):
+            mix(w["maa_x"], 1, dst="y")  # z + (p − z) μ_x, the LoRA's input
+            lora_in = w["maa_w1"]
+            linear("y", lora_in, "t", TANH)
+            rank = lora_in[1] // 5
+            for n, q in enumerate("wkvrg"):  # each slice of the LoRA's output through its own W2
+                linear("t", w["maa_w2"][q], mixed("rwkvag".index(q)), src_shift=n * rank, src_stride=lora_in[1])
+            mix(w["maa"], 6, entry="dynamic")  # in region order r, w, k, v, (a), g
+            linear(mixed(0), w["att.receptance"], "r")
+            linear(mixed(2), w["att.key"], "k")
+            linear(mixed(3), w["att.value"], "v")
+            linear(mixed(5), w["att.gate"], "g", SILU)
+            linear(mixed(1), w["decay_w1"], "a", TANH)
+            linear("a", w["decay_w2"], "w")  # λ's LoRA part; decay = exp(−exp(λ)) in the kernel
+            wkv5(i, w, dynamic=1)
+            multiply("y", "g", "y")
+            linear("y", w["att.output"], "x", accumulate=1)
+
+        def time_mix7(i, w):
+            mix(w["mix"], 6)  # r, w, k, v, a, g
+            linear("xr", w["att.receptance"], "r")
+            linear("xk", w["att.key"], "k")
+            linear("xv", w["att.value"], "v")
+            linear("xw", w["w1"], "t", TANH)
+            linear("t", w["w2"], "w")
+            linear("xa", w["a1"], "t")
+            linear("t", w["a2"], "a")
             if i:
-                linear("xv", w["v1"], "t", rows)
-                linear("t", w["v2"], "b", rows)
-            linear("xg", w["g1"], "t", rows, SIGMOID)
-            linear("t", w["g2"], "g", rows)
+                linear("xv", w["v1"], "t")
+                linear("t", w["v2"], "b")
+            linear("xg", w["g1"], "t", SIGMOID)
+            linear("t", w["g2"], "g")
             out.append(K.dispatch(
                 "v7_prepare.wgsl", "main",
                 (C, N, int(i == 0), off("k"), off("v"), off("w"), off("a"), off("b"), off("vfirst")),
                 [act, w["prepare"]], (H, rows)))
-            out.append(K.dispatch(
-                "wkv7.wgsl", "main",
-                (C, N, 2 * cap, off("r"), off("w"), off("k"), off("v"), off("a"), off("b"), off("y"),
-                 i * H * N * N, self.wkv_floats),
-                [act, self.wkv, plan], (H, segments)))
+            wkv("wkv7.wgsl", (C, N, 2 * cap, off("r"), off("w"), off("k"), off("v"), off("a"), off("b"), off("y"),
+                              i * layer_wkv, self.wkv_floats), None, (H, segments))
             out.append(K.dispatch(
                 "v7_output.wgsl", "main",
                 (C, N, off("y"), off("r"), off("k"), off("v"), off("g"), GN_EPS),
                 [act, w["out_vecs"]], (H, rows)))
-            linear("y", w["output"], "x", rows, accumulate=1)
-            # channel mix
+            linear("y", w["att.output"], "x", accumulate=1)
+
+        def channel_mix(i, w):
+            if info.version == "7":  # W_v relu(W_k x)², no receptance gate
+                mix(w["ffn_mix"], 1)
+                linear(mixed(0), w["ffn.key"], "h", RELU2)
+                linear("h", w["ffn.value"], "x", accumulate=1)
+                return
+            mix(w["ffn_mix"], 2)  # r, k: σ(W_r x_r) ⊙ W_v relu(W_k x_k)²
+            linear(mixed(0), w["ffn.receptance"], "r", SIGMOID)
+            linear(mixed(1), w["ffn.key"], "h", RELU2)
+            linear("h", w["ffn.value"], "t")
+            multiply("r", "t", "x", accumulate=1)
+
+        time_mix = {"4": time_mix4, "6": time_mix6, "7": time_mix7}.get(info.version, time_mix5)
+        norm("x", "x", self.ln0, rows)
+        for i, w in enumerate(self.layers):
+            norm("x", "z", w["ln1"], rows)
+            shift(self.att_shift, i)
+            time_mix(i, w)
             norm("x", "z", w["ln2"], rows)
             shift(self.ffn_shift, i)
-            mix(w["ffn_mix"], "xk", 1)
-            linear("xk", w["ffn_key"], "h", rows, RELU2)
-            linear("h", w["ffn_value"], "x", rows, accumulate=1)
+            channel_mix(i, w)
         if wanted:  # ln_out and the head only on the rows whose logits are wanted
             out.append(K.dispatch("gather_rows.wgsl", "main", (C, 5 * cap, off("x"), off("z")), [act, plan],
                                   (groups_c, wanted)))
             norm("z", "z", self.ln_out_gpu, wanted)
-            linear("z", self.head, None, wanted, target=self.logits)
+            linear("z", self.head, None, target=self.logits, n_rows=wanted)
         return out

@@ -8,9 +8,10 @@ struct Params {
     m: u32,
     k: u32,
     x_off: u32,
+    x_stride: u32,    // floats from one row of x to the next (k unless x is a slice)
     w_off: u32,
     out_off: u32,
-    act: u32,         // 0 none, 1 tanh, 2 sigmoid, 3 squared relu
+    act: u32,         // 0 none, 1 tanh, 2 sigmoid, 3 squared relu, 4 silu
     accumulate: u32,  // 1: add to what is in out (the residual stream)
 }
 
@@ -24,6 +25,7 @@ fn activate(v: f32) -> f32 {
         case 1u: { return tanh(v); }
         case 2u: { return 1.0 / (1.0 + exp(-v)); }
         case 3u: { let r = max(v, 0.0); return r * r; }
+        case 4u: { return v / (1.0 + exp(-v)); }
         default: { return v; }
     }
 }
@@ -51,7 +53,7 @@ fn matmul_tiled(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_
         let k = k0 + lid.x;
         var xv = 0.0;
         if (row < p.rows && k < p.k) {
-            xv = src[p.x_off + row * p.k + k];
+            xv = src[p.x_off + row * p.x_stride + k];
         }
         var wv = 0.0;
         if (w_row < p.m && k < p.k) {
@@ -83,7 +85,7 @@ fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
     let m3 = min(m0 + 3u, p.m - 1u);
     var acc = vec4<f32>(0.0);
     for (var k = lid.x; k < p.k; k += THREADS) {
-        let xv = src[p.x_off + row * p.k + k];
+        let xv = src[p.x_off + row * p.x_stride + k];
         let w = vec4<f32>(
             weight[p.w_off + m0 * p.k + k], weight[p.w_off + m1 * p.k + k],
             weight[p.w_off + m2 * p.k + k], weight[p.w_off + m3 * p.k + k]);

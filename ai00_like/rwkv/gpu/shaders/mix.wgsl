@@ -25,3 +25,19 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let z = act[p.z_off + e];
     act[p.out_off + q * p.out_stride + e] = z + (act[p.prev_off + e] - z) * mu[q * p.width + c];
 }
+
+// v6's data-dependent mix, in place over the LoRA's output d_q already in region q:
+// out_q = z + (prev − z) ⊙ (μ_q + d_q).
+@compute @workgroup_size(64)
+fn dynamic(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let c = gid.x;
+    let row = gid.y;
+    let q = gid.z;
+    if (c >= p.width) {
+        return;
+    }
+    let e = row * p.width + c;
+    let z = act[p.z_off + e];
+    let o = p.out_off + q * p.out_stride + e;
+    act[o] = z + (act[p.prev_off + e] - z) * (mu[q * p.width + c] + act[o]);
+}
