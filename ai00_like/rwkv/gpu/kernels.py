@@ -27,24 +27,29 @@ def pack_params(*values) -> bytes:
 class Kernels:
     def __init__(self, device):
         self.device = device
-        self._modules: dict[str, object] = {}
-        self._pipelines: dict[tuple[str, str], object] = {}
+        self._modules: dict[tuple, object] = {}
+        self._pipelines: dict[tuple, object] = {}
 
-    def pipeline(self, file: str, entry: str = "main"):
-        key = (file, entry)
+    def pipeline(self, file: str, entry: str = "main", prelude: str | None = None):
+        """The pipeline of `entry` in `file`, compiled with the file `prelude` before it (how
+        matmul.wgsl gets its fp32 or fp16 weight access)."""
+        key = (file, entry, prelude)
         if key not in self._pipelines:
-            if file not in self._modules:
+            module = (file, prelude)
+            if module not in self._modules:
                 code = (SHADERS / file).read_text()
-                self._modules[file] = self.device.create_shader_module(label=file, code=code)
+                if prelude:
+                    code = (SHADERS / prelude).read_text() + "\n" + code
+                self._modules[module] = self.device.create_shader_module(label=file, code=code)
             self._pipelines[key] = self.device.create_compute_pipeline(
                 label=f"{file}:{entry}", layout="auto",
-                compute={"module": self._modules[file], "entry_point": entry},
+                compute={"module": self._modules[module], "entry_point": entry},
             )
         return self._pipelines[key]
 
-    def dispatch(self, file: str, entry: str, params: tuple, buffers: list, groups) -> Dispatch:
+    def dispatch(self, file: str, entry: str, params: tuple, buffers: list, groups, prelude: str | None = None) -> Dispatch:
         """Record one dispatch: binding 0 is the params block, then `buffers` as bindings 1…"""
-        pipeline = self.pipeline(file, entry)
+        pipeline = self.pipeline(file, entry, prelude)
         uniform = self.device.create_buffer_with_data(data=pack_params(*params), usage=wgpu.BufferUsage.UNIFORM)
         entries = [{"binding": 0, "resource": {"buffer": uniform, "offset": 0, "size": uniform.size}}]
         entries += [{"binding": i + 1, "resource": {"buffer": b, "offset": 0, "size": b.size}}

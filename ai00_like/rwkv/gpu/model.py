@@ -31,6 +31,8 @@ REGIONS = ("x", "z", "prev", "xr", "xw", "xk", "xv", "xa", "xg",
 MAX_HEAD_SIZE = 64  # the WKV kernels keep one row of a head's state per thread
 MATVEC_ROWS = 8  # fewer rows than this go through the matrix–vector kernel
 PROGRAMS_KEPT = 32  # recorded step shapes kept for reuse
+PRECISIONS = ("fp32", "fp16")
+WEIGHT_ACCESS = {"fp32": "weights_f32.wgsl", "fp16": "weights_f16.wgsl"}  # matmul.wgsl's weight reads
 STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
 
 NONE, TANH, SIGMOID, RELU2, SILU = 0, 1, 2, 3, 4  # activations fused into the products
@@ -41,7 +43,11 @@ class GpuModel:
 
     def __init__(self, tensors: Mapping[str, np.ndarray], info: ModelInfo, max_batch: int = 1,
                  initial_state: State | None = None, progress: Callable[[int, int], None] | None = None,
-                 adapter: int = 0):
+                 adapter: int = 0, precision: str = "fp32"):
+        """`precision` "fp16" keeps the matrices in f16 (activations, states and sums stay f32)."""
+        if precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {precision!r}; expected one of {PRECISIONS}")
+        self.precision = precision
         if info.version != "4" and info.head_size > MAX_HEAD_SIZE:
             raise ValueError(f"the GPU kernels take heads of up to {MAX_HEAD_SIZE}, not {info.head_size}")
         self.info = info
@@ -177,8 +183,14 @@ class GpuModel:
         return self.gpu.device.create_buffer_with_data(data=data, usage=STORAGE)
 
     def _matrix(self, weights: np.ndarray):
-        """(buffer, rows M, columns K) of a [M, K] matrix."""
-        return (self._upload(weights), weights.shape[0], weights.shape[1])
+        """(buffer, rows M, columns K) of a [M, K] matrix, in f16 pairs (one u32 each) for fp16."""
+        if self.precision == "fp32":
+            return (self._upload(weights), weights.shape[0], weights.shape[1])
+        halves = np.ascontiguousarray(weights, dtype=np.float16).reshape(-1)
+        if len(halves) % 2:
+            halves = np.append(halves, np.float16(0))
+        buffer = self.gpu.device.create_buffer_with_data(data=halves.view(np.uint32), usage=STORAGE)
+        return (buffer, weights.shape[0], weights.shape[1])
 
     def _reserve(self, rows: int) -> None:
         """Grow the activation buffers (and forget the recorded steps) to fit `rows` rows."""
@@ -347,7 +359,8 @@ class GpuModel:
                 entry, groups = "matvec", ((M + 3) // 4, n_rows)
             else:
                 entry, groups = "matmul_tiled", ((M + 15) // 16, (n_rows + 15) // 16)
-            out.append(K.dispatch("matmul.wgsl", entry, params, [act, buf, target or act], groups))
+            out.append(K.dispatch("matmul.wgsl", entry, params, [act, buf, target or act], groups,
+                                  prelude=WEIGHT_ACCESS[self.precision]))
 
         def multiply(a, b, dst, accumulate=0):
             out.append(K.dispatch("elementwise.wgsl", "mul", (C, off(a), off(b), off(dst), accumulate), [act],

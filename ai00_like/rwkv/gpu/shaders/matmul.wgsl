@@ -17,7 +17,7 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> src: array<f32>;
-@group(0) @binding(2) var<storage, read> weight: array<f32>;
+// binding 2 (the weights) and weight_at(i) come from weights_f32.wgsl or weights_f16.wgsl
 @group(0) @binding(3) var<storage, read_write> dst: array<f32>;
 
 fn activate(v: f32) -> f32 {
@@ -57,7 +57,7 @@ fn matmul_tiled(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_
         }
         var wv = 0.0;
         if (w_row < p.m && k < p.k) {
-            wv = weight[p.w_off + w_row * p.k + k];
+            wv = weight_at(p.w_off + w_row * p.k + k);
         }
         xs[lid.y][lid.x] = xv;
         ws[lid.y][lid.x] = wv;
@@ -87,8 +87,8 @@ fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
     for (var k = lid.x; k < p.k; k += THREADS) {
         let xv = src[p.x_off + row * p.x_stride + k];
         let w = vec4<f32>(
-            weight[p.w_off + m0 * p.k + k], weight[p.w_off + m1 * p.k + k],
-            weight[p.w_off + m2 * p.k + k], weight[p.w_off + m3 * p.k + k]);
+            weight_at(p.w_off + m0 * p.k + k), weight_at(p.w_off + m1 * p.k + k),
+            weight_at(p.w_off + m2 * p.k + k), weight_at(p.w_off + m3 * p.k + k));
         acc += w * xv;
     }
     partial[lid.x] = acc;
