@@ -223,3 +223,32 @@ def test_the_demo_model_runs_as_on_numpy():
     got, got_ids = greedy(gpu, prompt, 16)
     assert max(rel_err(g, w) for g, w in zip(got, want)) < TOLERANCE
     assert got_ids == want_ids
+
+
+@pytest.mark.parametrize("quant_type", ["int8", "nf4"])
+@pytest.mark.parametrize("version", ["6", "7"])
+def test_quantised_kernels_compute_with_the_dequantised_weights(version, quant_type):
+    """The GPU's on-the-fly dequantisation equals numpy's, so a numpy model given the
+    dequantised matrices must produce the same logits (the quantisation error itself is in
+    the README's table, not a unit test's business)."""
+    from ai00_like.rwkv.cpu.model import CpuModel
+    from ai00_like.rwkv.gpu.model import GpuModel
+    from ai00_like.rwkv.gpu.quant import dequantise, quantise_int8, quantise_nf4
+
+    cpu, _ = pair(6, version=version)
+    gpu = GpuModel(cpu.tensors, cpu.info, adapter=ADAPTER.index, quant=1, quant_type=quant_type)
+    quantise = quantise_int8 if quant_type == "int8" else quantise_nf4
+    tensors = dict(cpu.tensors)
+    for name, weights in cpu.tensors.items():
+        block = name.split(".")
+        if block[:2] == ["blocks", "0"] and block[2] in ("att", "ffn") and block[-1] == "weight" and weights.ndim == 2:
+            restored = dequantise(quant_type, *quantise(weights), weights.size)
+            tensors[name] = restored.reshape(weights.shape).astype(np.float32)
+    assert sum(not np.array_equal(tensors[n], cpu.tensors[n]) for n in tensors) >= 6  # layer 0's projections
+    reference = CpuModel(tensors, cpu.info)
+    prompt = tokens(50, 12)
+    want, want_ids = greedy(reference, prompt, 8)
+    got, got_ids = greedy(gpu, prompt, 8)
+    assert max(rel_err(g, w) for g, w in zip(got, want)) < TOLERANCE
+    assert got_ids == want_ids
+    assert gpu.weight_bytes < GpuModel(cpu.tensors, cpu.info, adapter=ADAPTER.index).weight_bytes

@@ -11,6 +11,7 @@ all slots in three buffers, slot-first so a slot's state is one contiguous range
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -23,6 +24,7 @@ from ..cpu.blocks import LayerWeights
 from ..cpu.ops import GN_EPS, LN_EPS, as_float32, layer_norm
 from .device import Device
 from .kernels import Kernels
+from .quant import QUANT_TYPES, quantise_int8, quantise_nf4
 
 # Regions of the activation buffer, each `capacity` rows of the widest vector. The six
 # mixed inputs of the v7 time mix are consecutive, in the order of its coefficients (rwkvag).
@@ -32,10 +34,26 @@ MAX_HEAD_SIZE = 64  # the WKV kernels keep one row of a head's state per thread
 MATVEC_ROWS = 8  # fewer rows than this go through the matrix–vector kernel
 PROGRAMS_KEPT = 32  # recorded step shapes kept for reuse
 PRECISIONS = ("fp32", "fp16")
-WEIGHT_ACCESS = {"fp32": "weights_f32.wgsl", "fp16": "weights_f16.wgsl"}  # matmul.wgsl's weight reads
+WEIGHT_ACCESS = {  # matmul.wgsl's weight reads per storage format
+    "fp32": "weights_f32.wgsl", "fp16": "weights_f16.wgsl", "int8": "weights_int8.wgsl", "nf4": "weights_nf4.wgsl"}
 STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
 
 NONE, TANH, SIGMOID, RELU2, SILU = 0, 1, 2, 3, 4  # activations fused into the products
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """A [rows, cols] weight matrix on the GPU in one of the WEIGHT_ACCESS formats."""
+
+    buffer: object
+    rows: int
+    cols: int
+    format: str
+    scales: object = None  # the block scales of int8 / nf4
+
+    @property
+    def nbytes(self) -> int:
+        return self.buffer.size + (self.scales.size if self.scales is not None else 0)
 
 
 class GpuModel:
@@ -43,11 +61,15 @@ class GpuModel:
 
     def __init__(self, tensors: Mapping[str, np.ndarray], info: ModelInfo, max_batch: int = 1,
                  initial_state: State | None = None, progress: Callable[[int, int], None] | None = None,
-                 adapter: int = 0, precision: str = "fp32"):
-        """`precision` "fp16" keeps the matrices in f16 (activations, states and sums stay f32)."""
+                 adapter: int = 0, precision: str = "fp32", quant: int = 0, quant_type: str = "int8"):
+        """`precision` "fp16" keeps the matrices in f16 (activations, states and sums stay f32).
+        `quant` > 0 stores the projections of the first `quant` layers (not the LoRAs, not
+        the head) as `quant_type` "int8" or "nf4" blocks (rwkv-spec §6)."""
         if precision not in PRECISIONS:
             raise ValueError(f"unknown precision {precision!r}; expected one of {PRECISIONS}")
-        self.precision = precision
+        if quant_type not in QUANT_TYPES:
+            raise ValueError(f"unknown quant_type {quant_type!r}; expected one of {QUANT_TYPES}")
+        self.precision, self.quant, self.quant_type = precision, quant, quant_type
         if info.version != "4" and info.head_size > MAX_HEAD_SIZE:
             raise ValueError(f"the GPU kernels take heads of up to {MAX_HEAD_SIZE}, not {info.head_size}")
         self.info = info
@@ -75,9 +97,10 @@ class GpuModel:
         if progress:
             progress(info.n_layer + 1, info.n_layer + 1)
 
-        matrices = [m for layer in self.layers for m in layer.values() if isinstance(m, tuple) and len(m) == 3]
+        matrices = [m for layer in self.layers for m in layer.values() if isinstance(m, Matrix)]
         matrices += [m for layer in self.layers for m in layer.get("maa_w2", {}).values()]
-        self.width = max([info.n_embd, info.ffn] + [max(m[1], m[2]) for m in matrices])
+        self.weight_bytes = sum(m.nbytes for m in matrices)  # the layers' matrices, as stored
+        self.width = max([info.n_embd, info.ffn] + [max(m.rows, m.cols) for m in matrices])
         # The pool has one slot more than max_batch: `forward` runs in the last one.
         self.pool = StatePool(info, 1, initial_state)  # holds the initial state only
         self._max_batch = max_batch
@@ -102,7 +125,10 @@ class GpuModel:
         return self._matrix(np.ascontiguousarray(w.matrix(name).T))
 
     def _linears(self, w: LayerWeights, prefix: str, names) -> dict:
-        return {f"{prefix}{n}": self._matrix(w.matrix(f"{prefix}{n}.weight")) for n in names}
+        """The projections of a block: the matrices quantisation applies to."""
+        layer = int(w.prefix.split(".")[1])
+        fmt = self.quant_type if layer < self.quant else None
+        return {f"{prefix}{n}": self._matrix(w.matrix(f"{prefix}{n}.weight"), fmt) for n in names}
 
     def _layer4(self, w: LayerWeights, i: int) -> dict:
         return {
@@ -182,15 +208,19 @@ class GpuModel:
         data = np.ascontiguousarray(array, dtype=np.float32)
         return self.gpu.device.create_buffer_with_data(data=data, usage=STORAGE)
 
-    def _matrix(self, weights: np.ndarray):
-        """(buffer, rows M, columns K) of a [M, K] matrix, in f16 pairs (one u32 each) for fp16."""
-        if self.precision == "fp32":
-            return (self._upload(weights), weights.shape[0], weights.shape[1])
-        halves = np.ascontiguousarray(weights, dtype=np.float16).reshape(-1)
-        if len(halves) % 2:
-            halves = np.append(halves, np.float16(0))
-        buffer = self.gpu.device.create_buffer_with_data(data=halves.view(np.uint32), usage=STORAGE)
-        return (buffer, weights.shape[0], weights.shape[1])
+    def _matrix(self, weights: np.ndarray, fmt: str | None = None) -> Matrix:
+        """A [M, K] matrix in the model's precision, or in `fmt` ("int8"/"nf4") if given."""
+        fmt = fmt or self.precision
+        rows, cols = weights.shape
+        words = lambda a: self.gpu.device.create_buffer_with_data(data=a, usage=STORAGE)  # noqa: E731
+        if fmt == "fp32":
+            return Matrix(self._upload(weights), rows, cols, fmt)
+        if fmt == "fp16":  # f16 pairs, one u32 each
+            halves = np.ascontiguousarray(weights, dtype=np.float16).reshape(-1)
+            halves = np.pad(halves, (0, len(halves) % 2))
+            return Matrix(words(halves.view(np.uint32)), rows, cols, fmt)
+        packed, scales = (quantise_int8 if fmt == "int8" else quantise_nf4)(weights)
+        return Matrix(words(packed), rows, cols, fmt, words(scales))
 
     def _reserve(self, rows: int) -> None:
         """Grow the activation buffers (and forget the recorded steps) to fit `rows` rows."""
@@ -352,15 +382,15 @@ class GpuModel:
 
         def linear(src, matrix, dst, activation=NONE, accumulate=0, target=None, n_rows=rows,
                    src_shift=0, src_stride=None):
-            buf, M, Kdim = matrix
+            M, Kdim = matrix.rows, matrix.cols
             dst_off = 0 if target is not None else off(dst)
             params = (n_rows, M, Kdim, off(src) + src_shift, src_stride or Kdim, 0, dst_off, activation, accumulate)
             if n_rows < MATVEC_ROWS:
                 entry, groups = "matvec", ((M + 3) // 4, n_rows)
             else:
                 entry, groups = "matmul_tiled", ((M + 15) // 16, (n_rows + 15) // 16)
-            out.append(K.dispatch("matmul.wgsl", entry, params, [act, buf, target or act], groups,
-                                  prelude=WEIGHT_ACCESS[self.precision]))
+            buffers = [act, matrix.buffer, target or act] + ([matrix.scales] if matrix.scales is not None else [])
+            out.append(K.dispatch("matmul.wgsl", entry, params, buffers, groups, prelude=WEIGHT_ACCESS[matrix.format]))
 
         def multiply(a, b, dst, accumulate=0):
             out.append(K.dispatch("elementwise.wgsl", "mul", (C, off(a), off(b), off(dst), accumulate), [act],
@@ -409,9 +439,9 @@ class GpuModel:
             mix(w["maa_x"], 1, dst="y")  # z + (p − z) μ_x, the LoRA's input
             lora_in = w["maa_w1"]
             linear("y", lora_in, "t", TANH)
-            rank = lora_in[1] // 5
+            rank = lora_in.rows // 5
             for n, q in enumerate("wkvrg"):  # each slice of the LoRA's output through its own W2
-                linear("t", w["maa_w2"][q], mixed("rwkvag".index(q)), src_shift=n * rank, src_stride=lora_in[1])
+                linear("t", w["maa_w2"][q], mixed("rwkvag".index(q)), src_shift=n * rank, src_stride=lora_in.rows)
             mix(w["maa"], 6, entry="dynamic")  # in region order r, w, k, v, (a), g
             linear(mixed(0), w["att.receptance"], "r")
             linear(mixed(2), w["att.key"], "k")

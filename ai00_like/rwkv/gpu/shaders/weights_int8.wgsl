@@ -1,0 +1,10 @@
+// Int8 weights for matmul.wgsl (prepended to it), rwkv-spec §6: four per u32; per block of
+// 128 weights (min, max) as two f16 in one u32 of `scales`; ŵ = min + (max − min)·q/255.
+@group(0) @binding(2) var<storage, read> weight: array<u32>;
+@group(0) @binding(4) var<storage, read> scales: array<u32>;
+
+fn weight_at(i: u32) -> f32 {
+    let q = unpack4x8unorm(weight[i >> 2u])[i & 3u];
+    let bounds = unpack2x16float(scales[i >> 7u]);
+    return fma(q, bounds.y - bounds.x, bounds.x);
+}

@@ -1,0 +1,17 @@
+// NF4 weights for matmul.wgsl (prepended to it), rwkv-spec §6: eight 4-bit level indices per
+// u32, low nibble first; per block of 64 weights absmax as f16 (two per u32 of `scales`);
+// ŵ = level[q]·absmax.
+@group(0) @binding(2) var<storage, read> weight: array<u32>;
+@group(0) @binding(4) var<storage, read> scales: array<u32>;
+
+const NF4_LEVELS = array<f32, 16>(
+    -1.0, -0.6961928, -0.5250731, -0.3949175, -0.2844414, -0.1847734, -0.0910500, 0.0,
+    0.0795803, 0.1609302, 0.2461123, 0.3379152, 0.4407098, 0.5626170, 0.7229568, 1.0);
+
+fn weight_at(i: u32) -> f32 {
+    let q = (weight[i >> 3u] >> (4u * (i & 7u))) & 15u;
+    let block = i >> 6u;
+    let absmax = unpack2x16float(scales[block >> 1u])[block & 1u];
+    var levels = NF4_LEVELS;
+    return levels[q] * absmax;
+}
