@@ -252,3 +252,19 @@ def test_quantised_kernels_compute_with_the_dequantised_weights(version, quant_t
     assert max(rel_err(g, w) for g, w in zip(got, want)) < TOLERANCE
     assert got_ids == want_ids
     assert gpu.weight_bytes < GpuModel(cpu.tensors, cpu.info, adapter=ADAPTER.index).weight_bytes
+
+
+def test_long_prompts_run_in_chunks_with_the_same_result(models, monkeypatch):
+    import ai00_like.rwkv.gpu.model as gpu_model
+
+    cpu, gpu = models
+    prompt = tokens(60, 23)
+    whole, whole_state = gpu.forward(prompt, full_output=True)
+    monkeypatch.setattr(gpu_model, "FORWARD_CHUNK", 5)
+    chunked, chunked_state = gpu.forward(prompt, full_output=True)
+    assert chunked.shape == whole.shape
+    assert max(rel_err(c, w) for c, w in zip(chunked, whole)) < TOLERANCE
+    np.testing.assert_allclose(chunked_state.wkv, whole_state.wkv, rtol=1e-4, atol=1e-5)
+    hidden, _ = gpu.forward_hidden(prompt)
+    want_hidden, _ = cpu.forward_hidden(prompt)
+    np.testing.assert_allclose(hidden, want_hidden, rtol=1e-3, atol=1e-4)

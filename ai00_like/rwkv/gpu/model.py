@@ -31,6 +31,7 @@ from .quant import QUANT_TYPES, quantise_int8, quantise_nf4
 REGIONS = ("x", "z", "prev", "xr", "xw", "xk", "xv", "xa", "xg",
            "r", "w", "k", "v", "a", "b", "g", "y", "t", "vfirst", "h")
 MAX_HEAD_SIZE = 64  # the WKV kernels keep one row of a head's state per thread
+FORWARD_CHUNK = 256  # tokens per step of `forward`: bounds the activation buffer
 MATVEC_ROWS = 8  # fewer rows than this go through the matrix–vector kernel
 PROGRAMS_KEPT = 32  # recorded step shapes kept for reuse
 PRECISIONS = ("fp32", "fp16")
@@ -282,21 +283,35 @@ class GpuModel:
     def forward(self, tokens: Sequence[int], state: State | None = None, full_output: bool = False):
         """logits of the last token (or of every token), and the state after `tokens`.
 
-        Runs in the model's own scratch slot; the state passed in is not modified.
+        Runs in the model's own scratch slot, FORWARD_CHUNK tokens per step; the state passed
+        in is not modified.
         """
         scratch = self._max_batch
         self._write_slot(scratch, state if state is not None else self.pool.initial)
-        (logits,) = self._step([StepInput(scratch, tokens, "all" if full_output else "last")], scratch + 1)
-        return logits, self._read_slot(scratch)
+        chunks = self._chunks(tokens)
+        logits = []
+        for n, chunk in enumerate(chunks):
+            want = "all" if full_output else "last" if n == len(chunks) - 1 else "none"
+            (out,) = self._step([StepInput(scratch, chunk, want)], scratch + 1)
+            logits.append(out)
+        result = np.concatenate(logits) if full_output and logits[0] is not None else logits[-1]
+        return result, self._read_slot(scratch)
 
     def forward_hidden(self, tokens: Sequence[int], state: State | None = None):
         """The last layer's normalised output (ln_out, before the head) for every token, and the state."""
         scratch = self._max_batch
         self._write_slot(scratch, state if state is not None else self.pool.initial)
-        self._step([StepInput(scratch, tokens, "none")], scratch + 1)
-        n = len(tokens)
-        x = np.frombuffer(self.gpu.device.queue.read_buffer(self.act, 0, 4 * n * self.info.n_embd), dtype=np.float32)
-        return layer_norm(x.reshape(n, -1), *self.ln_out), self._read_slot(scratch)
+        hidden = []
+        for chunk in self._chunks(tokens):
+            self._step([StepInput(scratch, chunk, "none")], scratch + 1)
+            x = self.gpu.device.queue.read_buffer(self.act, 0, 4 * len(chunk) * self.info.n_embd)
+            hidden.append(np.frombuffer(x, dtype=np.float32).reshape(len(chunk), -1))
+        return layer_norm(np.concatenate(hidden), *self.ln_out), self._read_slot(scratch)
+
+    @staticmethod
+    def _chunks(tokens: Sequence[int]) -> list:
+        tokens = list(tokens)
+        return [tokens[i : i + FORWARD_CHUNK] for i in range(0, len(tokens), FORWARD_CHUNK)] or [tokens]
 
     def step(self, inputs: Sequence[StepInput]) -> list[np.ndarray | None]:
         """One batched forward over the pool's slots; per input its wanted logits or None."""
