@@ -268,3 +268,19 @@ def test_long_prompts_run_in_chunks_with_the_same_result(models, monkeypatch):
     hidden, _ = gpu.forward_hidden(prompt)
     want_hidden, _ = cpu.forward_hidden(prompt)
     np.testing.assert_allclose(hidden, want_hidden, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("precision, quant", [("fp32", 0), ("fp16", 0), ("fp16", 2)])
+def test_matrices_larger_than_a_binding_are_split_by_rows(precision, quant, monkeypatch):
+    from ai00_like.rwkv.gpu.model import GpuModel
+
+    cpu, _ = pair(8, version="6")
+    whole = GpuModel(cpu.tensors, cpu.info, adapter=ADAPTER.index, precision=precision, quant=quant)
+    monkeypatch.setattr(GpuModel, "max_binding", 20_000)  # the head (1000 × 64) in 5+ parts
+    split = GpuModel(cpu.tensors, cpu.info, adapter=ADAPTER.index, precision=precision, quant=quant)
+    assert len(split.head.parts) >= 4 and len(whole.head.parts) == 1
+    prompt = tokens(70, 10)  # the tiled kernel, then the matrix–vector one
+    want, want_ids = greedy(whole, prompt, 4)
+    got, got_ids = greedy(split, prompt, 4)
+    assert max(rel_err(g, w) for g, w in zip(got, want)) < TOLERANCE
+    assert got_ids == want_ids

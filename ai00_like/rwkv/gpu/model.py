@@ -35,6 +35,7 @@ FORWARD_CHUNK = 256  # tokens per step of `forward`: bounds the activation buffe
 MATVEC_ROWS = 8  # fewer rows than this go through the matrix–vector kernel
 PROGRAMS_KEPT = 32  # recorded step shapes kept for reuse
 PRECISIONS = ("fp32", "fp16")
+BYTES_PER_WEIGHT = {"fp32": 4, "fp16": 2, "int8": 1.04, "nf4": 0.54}  # with the block scales
 WEIGHT_ACCESS = {  # matmul.wgsl's weight reads per storage format
     "fp32": "weights_f32.wgsl", "fp16": "weights_f16.wgsl", "int8": "weights_int8.wgsl", "nf4": "weights_nf4.wgsl"}
 STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
@@ -43,22 +44,33 @@ NONE, TANH, SIGMOID, RELU2, SILU = 0, 1, 2, 3, 4  # activations fused into the p
 
 
 @dataclass(frozen=True)
-class Matrix:
-    """A [rows, cols] weight matrix on the GPU in one of the WEIGHT_ACCESS formats."""
+class Part:
+    """Consecutive rows of a matrix in one buffer (with their own quantisation blocks)."""
 
     buffer: object
+    first: int
+    rows: int
+    scales: object = None  # the block scales of int8 / nf4
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """A [rows, cols] weight matrix on the GPU in one of the WEIGHT_ACCESS formats, split by
+    rows into parts when it is larger than the adapter lets one binding be."""
+
+    parts: tuple[Part, ...]
     rows: int
     cols: int
     format: str
-    scales: object = None  # the block scales of int8 / nf4
 
     @property
     def nbytes(self) -> int:
-        return self.buffer.size + (self.scales.size if self.scales is not None else 0)
+        return sum(p.buffer.size + (p.scales.size if p.scales is not None else 0) for p in self.parts)
 
 
 class GpuModel:
     device = "gpu"
+    max_binding: int | None = None  # bytes; lower than the adapter's limit to test the splitting
 
     def __init__(self, tensors: Mapping[str, np.ndarray], info: ModelInfo, max_batch: int = 1,
                  initial_state: State | None = None, progress: Callable[[int, int], None] | None = None,
@@ -213,15 +225,26 @@ class GpuModel:
         """A [M, K] matrix in the model's precision, or in `fmt` ("int8"/"nf4") if given."""
         fmt = fmt or self.precision
         rows, cols = weights.shape
+        limit = self.gpu.limits["max-storage-buffer-binding-size"]
+        if self.max_binding:
+            limit = min(limit, self.max_binding)
+        row_bytes = cols * BYTES_PER_WEIGHT[fmt]
+        per_part = max(1, int(limit // row_bytes) - 1)  # one row of slack for padding and scales
+        parts = tuple(self._part(weights[first : first + per_part], first, fmt)
+                      for first in range(0, rows, per_part))
+        return Matrix(parts, rows, cols, fmt)
+
+    def _part(self, weights: np.ndarray, first: int, fmt: str) -> Part:
         words = lambda a: self.gpu.device.create_buffer_with_data(data=a, usage=STORAGE)  # noqa: E731
+        rows = weights.shape[0]
         if fmt == "fp32":
-            return Matrix(self._upload(weights), rows, cols, fmt)
+            return Part(self._upload(weights), first, rows)
         if fmt == "fp16":  # f16 pairs, one u32 each
             halves = np.ascontiguousarray(weights, dtype=np.float16).reshape(-1)
             halves = np.pad(halves, (0, len(halves) % 2))
-            return Matrix(words(halves.view(np.uint32)), rows, cols, fmt)
+            return Part(words(halves.view(np.uint32)), first, rows)
         packed, scales = (quantise_int8 if fmt == "int8" else quantise_nf4)(weights)
-        return Matrix(words(packed), rows, cols, fmt, words(scales))
+        return Part(words(packed), first, rows, words(scales))
 
     def _reserve(self, rows: int) -> None:
         """Grow the activation buffers (and forget the recorded steps) to fit `rows` rows."""
@@ -399,13 +422,16 @@ class GpuModel:
                    src_shift=0, src_stride=None):
             M, Kdim = matrix.rows, matrix.cols
             dst_off = 0 if target is not None else off(dst)
-            params = (n_rows, M, Kdim, off(src) + src_shift, src_stride or Kdim, 0, dst_off, activation, accumulate)
-            if n_rows < MATVEC_ROWS:
-                entry, groups = "matvec", ((M + 3) // 4, n_rows)
-            else:
-                entry, groups = "matmul_tiled", ((M + 15) // 16, (n_rows + 15) // 16)
-            buffers = [act, matrix.buffer, target or act] + ([matrix.scales] if matrix.scales is not None else [])
-            out.append(K.dispatch("matmul.wgsl", entry, params, buffers, groups, prelude=WEIGHT_ACCESS[matrix.format]))
+            for part in matrix.parts:
+                params = (n_rows, part.rows, Kdim, off(src) + src_shift, src_stride or Kdim, 0, dst_off + part.first,
+                          M, activation, accumulate)
+                if n_rows < MATVEC_ROWS:
+                    entry, groups = "matvec", ((part.rows + 3) // 4, n_rows)
+                else:
+                    entry, groups = "matmul_tiled", ((part.rows + 15) // 16, (n_rows + 15) // 16)
+                buffers = [act, part.buffer, target or act] + ([part.scales] if part.scales is not None else [])
+                out.append(K.dispatch("matmul.wgsl", entry, params, buffers, groups,
+                                      prelude=WEIGHT_ACCESS[matrix.format]))
 
         def multiply(a, b, dst, accumulate=0):
             out.append(K.dispatch("elementwise.wgsl", "mul", (C, off(a), off(b), off(dst), accumulate), [act],

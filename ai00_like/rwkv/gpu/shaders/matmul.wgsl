@@ -11,6 +11,7 @@ struct Params {
     x_stride: u32,    // floats from one row of x to the next (k unless x is a slice)
     w_off: u32,
     out_off: u32,
+    out_stride: u32,  // floats from one output row to the next (m unless W is a slice of rows)
     act: u32,         // 0 none, 1 tanh, 2 sigmoid, 3 squared relu, 4 silu
     accumulate: u32,  // 1: add to what is in out (the residual stream)
 }
@@ -31,7 +32,7 @@ fn activate(v: f32) -> f32 {
 }
 
 fn store(row: u32, col: u32, acc: f32) {
-    let o = p.out_off + row * p.m + col;
+    let o = p.out_off + row * p.out_stride + col;
     var v = activate(acc);
     if (p.accumulate == 1u) {
         v += dst[o];
