@@ -8,20 +8,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_helpers import greedy, rel_err
 
 from ai00_like.rwkv.batch import StepInput
 from ai00_like.rwkv.info import detect
 from ai00_like.rwkv.synthetic import make_checkpoint
-from engine_helpers import greedy, rel_err
 
 pytest.importorskip("wgpu", reason="the GPU backend needs the wgpu package")
-from ai00_like.rwkv.gpu.device import best_adapter, list_adapters  # noqa: E402
+from ai00_like.rwkv.gpu.device import best_adapter, list_adapters
 
 ADAPTER = best_adapter(allow_software=True)
 pytestmark = pytest.mark.skipif(ADAPTER is None, reason="no WebGPU adapter with compute (apt-get install mesa-vulkan-drivers)")
 
 TOLERANCE = 1e-4  # max |Δlogits| / std(logits), fp32 on both sides
-SHAPE = dict(n_layer=2, n_embd=64, head_size=32, vocab=1000)  # lavapipe runs ≈ 1 GFLOP/s: keep it small
+SHAPE = {"n_layer": 2, "n_embd": 64, "head_size": 32, "vocab": 1000}  # lavapipe runs ≈ 1 GFLOP/s: keep it small
 
 
 def tokens(seed, n, vocab=SHAPE["vocab"]):

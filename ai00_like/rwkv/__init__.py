@@ -14,7 +14,7 @@ from pathlib import Path
 from .errors import ModelFileError
 from .info import ModelInfo
 
-__all__ = ["load_model", "load_state", "ModelFileError", "ModelInfo"]
+__all__ = ["ModelFileError", "ModelInfo", "load_model", "load_state"]
 
 DEVICES = ("auto", "cpu", "gpu")  # or a GPU adapter index (gpu.device.list_adapters())
 

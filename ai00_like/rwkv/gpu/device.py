@@ -58,7 +58,7 @@ def list_adapters() -> list[AdapterInfo]:
         return []
     try:
         return [_info(i, a) for i, a in enumerate(_adapters())]
-    except Exception:  # a broken driver install must not stop the numpy backend from loading
+    except Exception:  # noqa: BLE001 — a broken driver install must not stop the numpy backend from loading
         return []
 
 

@@ -11,17 +11,17 @@ all slots in three buffers, slot-first so a slot's state is one contiguous range
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import wgpu
 
 from ..batch import BatchPlan, StepInput
-from ..info import ModelInfo
-from ..state import State, StatePool, wkv_shape
 from ..cpu.blocks import LayerWeights
 from ..cpu.ops import GN_EPS, LN_EPS, as_float32, layer_norm
+from ..info import ModelInfo
+from ..state import State, StatePool, wkv_shape
 from .device import Device
 from .kernels import Kernels
 from .quant import QUANT_TYPES, quantise_int8, quantise_nf4
@@ -93,7 +93,7 @@ class GpuModel:
         self.emb = tensors["emb.weight"]  # stays in CPU memory; rows are gathered per step
 
         upload = self._upload
-        vec = lambda name: as_float32(tensors[name]).reshape(-1)  # noqa: E731
+        vec = lambda name: as_float32(tensors[name]).reshape(-1)
         self.ln0 = (upload(vec("blocks.0.ln0.weight")), upload(vec("blocks.0.ln0.bias")))
         load_layer = {"4": self._layer4, "6": self._layer6, "7": self._layer7}.get(info.version, self._layer5)
         self.layers = []
@@ -235,7 +235,7 @@ class GpuModel:
         return Matrix(parts, rows, cols, fmt)
 
     def _part(self, weights: np.ndarray, first: int, fmt: str) -> Part:
-        words = lambda a: self.gpu.device.create_buffer_with_data(data=a, usage=STORAGE)  # noqa: E731
+        words = lambda a: self.gpu.device.create_buffer_with_data(data=a, usage=STORAGE)
         rows = weights.shape[0]
         if fmt == "fp32":
             return Part(self._upload(weights), first, rows)
@@ -277,14 +277,14 @@ class GpuModel:
     def _write_slot(self, slot: int, state: State) -> None:
         state.check(self.info)
         queue = self.gpu.device.queue
-        f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)  # noqa: E731
+        f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)
         queue.write_buffer(self.att_shift, 4 * slot * self.shift_floats, f32(state.att_shift))
         queue.write_buffer(self.ffn_shift, 4 * slot * self.shift_floats, f32(state.ffn_shift))
         queue.write_buffer(self.wkv, 4 * slot * self.wkv_floats, f32(state.wkv))
 
     def _read_slot(self, slot: int) -> State:
         L, C = self.info.n_layer, self.info.n_embd
-        read = lambda buf, n: np.frombuffer(  # noqa: E731
+        read = lambda buf, n: np.frombuffer(
             self.gpu.device.queue.read_buffer(buf, 4 * slot * n, 4 * n), dtype=np.float32).copy()
         wkv = read(self.wkv, self.wkv_floats).reshape(L, *wkv_shape(self.info))
         return State(read(self.att_shift, self.shift_floats).reshape(L, C), wkv,
@@ -412,7 +412,7 @@ class GpuModel:
         groups_c = (C + 63) // 64
         out: list = []
         # The mixed inputs go to consecutive regions from "xr": mixed(q) is the q-th.
-        mixed = lambda q: REGIONS[REGIONS.index("xr") + q]  # noqa: E731
+        mixed = lambda q: REGIONS[REGIONS.index("xr") + q]
 
         def norm(src, dst, weights, n_rows, groups=1, eps=LN_EPS):
             out.append(K.dispatch("layer_norm.wgsl", "main", (n_rows, C, groups, off(src), off(dst), eps),
