@@ -6,6 +6,7 @@ Software adapters (Mesa's lavapipe/llvmpipe, SwiftShader, WARP) are listed and u
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 SOFTWARE_NAMES = ("llvmpipe", "lavapipe", "swiftshader", "microsoft basic render")
@@ -53,13 +54,19 @@ def _info(index: int, adapter) -> AdapterInfo:
 
 
 def list_adapters() -> list[AdapterInfo]:
-    """Every adapter wgpu finds (empty when wgpu is not installed)."""
+    """Every adapter wgpu finds (empty when wgpu is not installed); enumerated once per process
+    (it takes ~0.3 s with Mesa's drivers, and every `load_model(device="auto")` asks)."""
+    return list(_list_adapters())
+
+
+@functools.cache
+def _list_adapters() -> tuple[AdapterInfo, ...]:
     if not available():
-        return []
+        return ()
     try:
-        return [_info(i, a) for i, a in enumerate(_adapters())]
+        return tuple(_info(i, a) for i, a in enumerate(_adapters()))
     except Exception:  # noqa: BLE001 — a broken driver install must not stop the numpy backend from loading
-        return []
+        return ()
 
 
 def best_adapter(allow_software: bool) -> AdapterInfo | None:
