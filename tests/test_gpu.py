@@ -14,7 +14,7 @@ from ai00_like.rwkv.batch import StepInput
 from ai00_like.rwkv.info import detect
 from ai00_like.rwkv.synthetic import make_checkpoint
 
-pytest.importorskip("wgpu", reason="the GPU backend needs the wgpu package")
+pytest.importorskip("wgpu", reason="the GPU backend needs the wgpu package", exc_type=ImportError)
 from ai00_like.rwkv.gpu.device import best_adapter, list_adapters
 
 ADAPTER = best_adapter(allow_software=True)
