@@ -3,6 +3,14 @@
 # Usage: scripts/test.sh [pytest args ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Debian packages: Mesa's software Vulkan GPU for the wgpu tests, Chromium for the page tests.
+if ! dpkg -s mesa-vulkan-drivers chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq mesa-vulkan-drivers chromium; } \
+    >/dev/null 2>&1 || echo "note: could not install mesa-vulkan-drivers/chromium; GPU and browser tests will be skipped"
+fi
+# Mesa complains on stderr without a runtime dir, which would garble the CLI's one-line errors.
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 scripts/setup.sh test
 # The reference package for the live conformance tests. torch's CPU wheel lies on local disk
 # on our machines; where it cannot be installed those tests are skipped, not failed.
