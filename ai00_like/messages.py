@@ -151,6 +151,20 @@ class ReadState(msgspec.Struct, frozen=True):
 # ------------------------------------------------------------------ events back to the waiting handler
 
 
+class BackendCounters(msgspec.Struct, frozen=True):
+    """Totals since the model was loaded, read by the status stream and /metrics."""
+
+    steps: int = 0  # batched forwards
+    step_rows: int = 0  # sum over steps of the slots in the step (mean batch size = step_rows / steps)
+    step_tokens: int = 0  # tokens through the model in steps (prefill chunks and decode tokens)
+    prompt_tokens: int = 0  # prompt tokens computed (cache hits excluded)
+    generated_tokens: int = 0  # tokens sampled
+    finished: int = 0  # choices that ended, for any reason
+    cache_queries: int = 0
+    cache_hits: int = 0
+    cache_hit_tokens: int = 0  # prompt tokens a cache hit spared
+
+
 class ModelInfoEvent(msgspec.Struct, frozen=True):
     """Reply to GetInfo, and to a successful Load."""
 
@@ -164,6 +178,7 @@ class ModelInfoEvent(msgspec.Struct, frozen=True):
     waiting: int
     cache_entries: int
     cache_bytes: int
+    counters: BackendCounters = BackendCounters()
     tokenizer: Any = None  # the model's tokenizer (read-only use: token bytes for logprobs, counts)
 
 

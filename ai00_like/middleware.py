@@ -41,7 +41,7 @@ class LoadedModel:
         return ModelInfoEvent(
             name=self.name, path=self.spec.path, info=self.model.info, spec=self.spec, states=self.spec.states,
             slots=self.model.max_batch, running=self.backend.running, waiting=self.backend.queued,
-            cache_entries=len(cache), cache_bytes=cache.bytes, tokenizer=self.tokenizer,
+            cache_entries=len(cache), cache_bytes=cache.bytes, counters=self.backend.counters(), tokenizer=self.tokenizer,
         )
 
     def initial_state(self, wanted):

@@ -17,8 +17,20 @@ from collections import deque
 import numpy as np
 
 from .messages import (
-    ChooseJob, Chosen, EmbedJob, Embeddings, Failed, Finished, GenerateJob, PromptScores, ScoreJob, Started, StateJob,
-    StateRead, TextPiece,
+    BackendCounters,
+    ChooseJob,
+    Chosen,
+    Embeddings,
+    EmbedJob,
+    Failed,
+    Finished,
+    GenerateJob,
+    PromptScores,
+    ScoreJob,
+    Started,
+    StateJob,
+    StateRead,
+    TextPiece,
 )
 from .rwkv.batch import StepInput
 from .sampler import sample_batch
@@ -64,8 +76,8 @@ class Backend:
         self.slots: list[Sequence | None] = [None] * model.max_batch
         self.waiting: deque[Sequence] = deque()
         self.inbox: queue.Queue = queue.Queue()
-        self.steps = 0
-        self.step_tokens = 0
+        self.steps = self.step_rows = self.step_tokens = 0
+        self.prompt_tokens = self.generated_tokens = self.finished = 0
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
@@ -86,6 +98,14 @@ class Backend:
     @property
     def queued(self) -> int:
         return len(self.waiting) + self.inbox.qsize()
+
+    def counters(self) -> BackendCounters:
+        # Plain int reads: a snapshot from another thread may be one step stale, never torn.
+        cache = self.cache
+        return BackendCounters(
+            steps=self.steps, step_rows=self.step_rows, step_tokens=self.step_tokens, prompt_tokens=self.prompt_tokens,
+            generated_tokens=self.generated_tokens, finished=self.finished, cache_queries=cache.queries,
+            cache_hits=cache.hits, cache_hit_tokens=cache.hit_tokens)
 
     # ------------------------------------------------------------------ the loop
 
@@ -136,6 +156,7 @@ class Backend:
         if any(s.job.cancel.cancelled for s in self.waiting):
             for seq in [s for s in self.waiting if s.job.cancel.cancelled]:
                 self.waiting.remove(seq)
+                self.finished += 1
                 seq.send(Finished(seq.index, "cancelled", len(seq.prompt), 0))
 
     def _embed(self, job: EmbedJob) -> None:
@@ -273,8 +294,10 @@ class Backend:
             inputs = [StepInput(s.slot, chunk, "last" if len(chunk) == len(s.pending) else "none") for s, chunk in plan]
             outputs = self.model.step(inputs)
             self.steps += 1
+            self.step_rows += len(plan)
             self.step_tokens += sum(len(c) for _, c in plan)
             for (seq, chunk), logits in zip(plan, outputs):
+                self.prompt_tokens += max(0, min(len(chunk), len(seq.prompt) - len(seq.fed)))
                 seq.fed.extend(chunk)
                 del seq.pending[: len(chunk)]
                 self._after_chunk(seq, logits)
@@ -300,6 +323,7 @@ class Backend:
         for n, seq in enumerate(seqs):
             token = int(result.tokens[n])
             seq.generated += 1
+            self.generated_tokens += 1
             top = (tuple(result.top_logprobs[n]),) if result.top_logprobs and result.top_logprobs[n] else ()
             if token == 0 and seq.job.stop_on_eos:
                 self._emit(seq, seq.text.finish(), ())
@@ -328,6 +352,7 @@ class Backend:
             # turn of a chat starts with them and computes only its new text.
             self.cache.insert(seq.job.partition, seq.fed, self.model.read_state(seq.slot), seq.logits)
         self._release(seq)
+        self.finished += 1
         seq.send(Finished(seq.index, reason, len(seq.prompt), seq.generated))
 
     def _release(self, seq: Sequence) -> None:

@@ -78,6 +78,20 @@ def test_models_state_streams_the_status(fresh_server):
     conn.close()
 
 
+def test_status_counts_tokens_and_cache_hits(fresh_server):
+    before = fresh_server.get("/api/models/info").json()
+    assert before["generated_tokens"] == 0 and before["cache_hits"] == 0
+    body = {"prompt": "The same prompt twice", "max_tokens": 5, "temperature": 0, "ignore_eos": True}
+    usages = [fresh_server.post("/v1/completions", body).json()["usage"] for _ in range(2)]
+    after = fresh_server.get("/api/models/info").json()
+    assert after["generated_tokens"] == sum(u["completion_tokens"] for u in usages) == 10
+    # The second request found the first one's prompt in the cache and computed none of it.
+    assert after["cache_hits"] >= 1 and after["cache_hit_tokens"] >= usages[1]["prompt_tokens"]
+    assert after["prompt_tokens"] == usages[0]["prompt_tokens"]
+    # The rate is taken between two looks at the totals: the second look saw 10 more tokens.
+    assert after["generated_tokens_per_second"] > 0
+
+
 def test_adapters_lists_the_cpu_first(server):
     adapters = server.get("/api/adapters").json()
     assert adapters and adapters[0].startswith("CPU")

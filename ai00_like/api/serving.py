@@ -19,6 +19,7 @@ from ..messages import Failed, Load, Loaded, ModelInfoEvent, ModelSpec, Unload
 from ..middleware import Middleware
 from .channel import EventChannel
 from .errors import ApiError, model_not_found
+from .throughput import Throughput
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,7 @@ class Serving:
         self.last_error: str | None = None
         self.listen_host = config.listen.ip  # where the server listens (--ip wins over the config)
         self._loaded = asyncio.Event()  # set whenever a load attempt has ended
+        self.throughput = Throughput()
 
     # ------------------------------------------------------------------ the model
 

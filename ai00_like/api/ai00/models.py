@@ -62,11 +62,16 @@ def status(serving: Serving, event: ModelInfoEvent | None) -> ServerStatus:
         token_chunk_size=spec.token_chunk_size, max_batch=spec.max_batch,
         tokenizer_path=spec.tokenizer or "", served_name=spec.name, device=spec.device,
     )
+    counters = event.counters
+    prompt_rate, generated_rate = serving.throughput.rates(counters)
     return ServerStatus(
         loaded=True, loading=loading, last_error=serving.last_error, id=event.name, reload=reload,
         model=ai00_info(event.info), states=[StateRefInfo(s.id, s.name, s.default) for s in event.states],
         slots=event.slots, running=event.running, waiting=event.waiting, cache_entries=event.cache_entries,
-        cache_bytes=event.cache_bytes,
+        cache_bytes=event.cache_bytes, prompt_tokens_per_second=round(prompt_rate, 1),
+        generated_tokens_per_second=round(generated_rate, 1), prompt_tokens=counters.prompt_tokens,
+        generated_tokens=counters.generated_tokens, cache_queries=counters.cache_queries,
+        cache_hits=counters.cache_hits, cache_hit_tokens=counters.cache_hit_tokens,
     )
 
 

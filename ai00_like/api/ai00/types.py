@@ -87,6 +87,14 @@ class ServerStatus(msgspec.Struct, kw_only=True):
     waiting: int = 0
     cache_entries: int = 0
     cache_bytes: int = 0
+    # Ours: live throughput (over the last few seconds) and totals since the model was loaded.
+    prompt_tokens_per_second: float = 0.0
+    generated_tokens_per_second: float = 0.0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    cache_queries: int = 0
+    cache_hits: int = 0
+    cache_hit_tokens: int = 0
 
 
 class ModelFile(msgspec.Struct, kw_only=True):
