@@ -10,7 +10,16 @@ from __future__ import annotations
 import numpy as np
 
 from .ops import as_float32, group_norm, linear, sigmoid, silu
-from .wkv import run_segments, wkv4_sequence, wkv4_step, wkv5_sequence, wkv5_step, wkv7_sequence, wkv7_step
+from .wkv import (
+    run_segments,
+    wkv4_sequence,
+    wkv4_step,
+    wkv5_sequence,
+    wkv5_step,
+    wkv7_sequence,
+    wkv7_step,
+)
+from .wkv_numba import wkv7_segments
 
 V7_DECAY_SCALE = 0.606531  # e^-1/2, as the reference writes it
 
@@ -185,10 +194,11 @@ class TimeMix7:
         else:
             v = v + (ctx.v_first - v) * sigmoid(self.v0 + (xv @ self.v1) @ self.v2)
         r3, k3, v3 = r.reshape(A, H, N), k.reshape(A, H, N), v.reshape(A, H, N)
-        y = run_segments(
-            plan, states, wkv7_step, wkv7_sequence,
-            r3, log_decay.reshape(A, H, N), k3, v3, -kappa, kappa * alpha.reshape(A, H, N),
-        )
+        per_token = (r3, log_decay.reshape(A, H, N), k3, v3, -kappa, kappa * alpha.reshape(A, H, N))
+        if wkv7_segments is not None:
+            y = wkv7_segments(plan, states, *per_token)
+        else:
+            y = run_segments(plan, states, wkv7_step, wkv7_sequence, *per_token)
         y = group_norm(y.reshape(A, H * N), H, *self.ln_x)
         bonus = np.sum(r3 * k3 * self.r_k, axis=-1, keepdims=True) * v3  # added after the norm
         return linear((y + bonus.reshape(A, H * N)) * g, self.W["output"])

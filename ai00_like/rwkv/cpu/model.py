@@ -15,7 +15,8 @@ from ..formats import as_float
 from ..info import ModelInfo
 from ..state import State, StatePool
 from .blocks import Context, make_blocks
-from .ops import SKINNY_ROWS, as_float32, layer_norm, linear, token_shift
+from .ops import SKINNY_ROWS, as_float32, layer_norm, linear, threads_for, token_shift
+from .skinny import skinny_matmul
 
 HEAD_BLOCK = 2048  # rows of the head per product when decoding a batch
 
@@ -29,7 +30,7 @@ class CpuModel:
         `progress(done, total)` is called as the layers are prepared."""
         self.info = info
         self.tensors = tensors  # as loaded (LoRAs merged), for saving; the layers below share them
-        vec = lambda name: as_float32(tensors[name]).reshape(-1)  # noqa: E731
+        vec = lambda name: as_float32(tensors[name]).reshape(-1)
         # ln0 is applied to the gathered rows each step rather than folded into a copy of
         # the embedding: the (possibly memory-mapped) embedding is never duplicated.
         self.emb = tensors["emb.weight"]
@@ -85,7 +86,8 @@ class CpuModel:
         ids = np.asarray(tokens, dtype=np.intp)
         if not len(ids) or ids.min() < 0 or ids.max() >= self.info.vocab:
             raise ValueError(f"token ids must be in [0, {self.info.vocab}) and at least one")
-        x = self._layers(ids, BatchPlan([(0, len(ids))]), pool)
+        with threads_for(len(ids)):
+            x = self._layers(ids, BatchPlan([(0, len(ids))]), pool)
         return layer_norm(x, *self.ln_out), pool.read(0)
 
     def step(self, inputs: Sequence[StepInput]) -> list[np.ndarray | None]:
@@ -105,7 +107,8 @@ class CpuModel:
         if ids.min() < 0 or ids.max() >= self.info.vocab:
             raise ValueError(f"token ids must be in [0, {self.info.vocab})")
         plan = BatchPlan([(i.slot, len(i.tokens)) for i in active])
-        x = self._layers(ids, plan, pool)
+        with threads_for(len(ids)):
+            x = self._layers(ids, plan, pool)
 
         # ln_out and the head (the largest matrix) only on the rows whose logits are wanted.
         wanted, where = [], []
@@ -113,7 +116,8 @@ class CpuModel:
             rows = range(start, stop) if i.want == "all" else [stop - 1] if i.want == "last" else []
             where.append((len(wanted), len(rows)))
             wanted.extend(rows)
-        logits = self._head(x[wanted]) if wanted else None
+        with threads_for(len(wanted)):
+            logits = self._head(x[wanted]) if wanted else None
         k = 0
         for n, i in enumerate(inputs):
             if not len(i.tokens):
@@ -139,10 +143,10 @@ class CpuModel:
 
     def _head(self, x: np.ndarray) -> np.ndarray:
         x = layer_norm(x, *self.ln_out)
-        if x.shape[0] == 1 or x.shape[0] > SKINNY_ROWS:
+        if x.shape[0] == 1 or x.shape[0] > SKINNY_ROWS or skinny_matmul is not None:
             return linear(x, self.head)
-        # A few rows against the vocabulary-sized head: in blocks of rows that stay in cache
-        # with xᵀ, which OpenBLAS does ~20% faster than in one product.
+        # Without numba, a few rows against the vocabulary-sized head: in blocks of rows that
+        # stay in cache with xᵀ, which OpenBLAS does ~20% faster than in one product.
         xt = np.ascontiguousarray(x.T)
         out = np.empty((self.head.shape[0], x.shape[0]), dtype=np.float32)
         for start in range(0, self.head.shape[0], HEAD_BLOCK):

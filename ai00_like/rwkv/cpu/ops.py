@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from ..formats import as_float, release_pages
+from .skinny import skinny_matmul
 
 LN_EPS = 1e-5
 GN_EPS = 64e-5  # GroupNorm(x/8, 1e-5) as trained == GroupNorm(x, 64e-5)
@@ -54,16 +57,54 @@ def linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """x · Wᵀ for W stored [out, in] as in the checkpoints (no transposed copy is made).
 
     One row goes through a matrix–vector product, which streams W at memory speed. A few
-    rows (a decoding batch) go through W · xᵀ, the weights as the left operand, which
-    OpenBLAS runs about twice as fast as x · Wᵀ; a prefill chunk's many rows through
-    x · Wᵀ, which is faster there once the transposed copies are counted.
+    rows (a decoding batch) through the unpacked kernel of skinny.py, or without numba
+    through W · xᵀ, the weights as the left operand, which OpenBLAS runs about twice as fast
+    as x · Wᵀ; a prefill chunk's many rows through x · Wᵀ, which is faster there once the
+    transposed copies are counted.
     """
     rows = x.shape[0]
     if rows == 1:
         return (weight @ x[0])[None, :]
     if rows <= SKINNY_ROWS:
+        if skinny_matmul is not None and weight.dtype == np.float32 and weight.flags.c_contiguous:
+            return skinny_matmul(x, weight)
         return np.ascontiguousarray((weight @ x.T).T)
     return x @ weight.T
+
+
+_blas = None
+
+
+@contextlib.contextmanager
+def threads_for(rows: int):
+    """Who gets the two cores during a step of `rows` stacked tokens: BLAS or numba.
+
+    OpenBLAS's threads spin for a while after each call, and numba's would fight them for
+    the cores (measured: a 1-row decode step 5× slower with both on two threads). A
+    decoding batch (2..SKINNY_ROWS rows) does its products in numba's kernels: BLAS on one
+    thread, numba on all. A single row or a prefill chunk does them in BLAS: numba (the
+    WKV kernel) on one thread.
+    """
+    global _blas
+    if skinny_matmul is None:
+        yield
+        return
+    import numba
+
+    numba_threads = numba.get_num_threads()
+    if 1 < rows <= SKINNY_ROWS:
+        if _blas is None:
+            from threadpoolctl import ThreadpoolController
+
+            _blas = ThreadpoolController()
+        with _blas.limit(limits=1, user_api="blas"):
+            yield
+        return
+    numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(numba_threads)
 
 
 def token_shift(z: np.ndarray, shift_state: np.ndarray, plan) -> np.ndarray:

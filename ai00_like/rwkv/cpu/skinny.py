@@ -1,0 +1,93 @@
+"""x · Wᵀ for a decoding batch (2 to 64 rows of x) without packing the weights.
+
+BLAS libraries multiply by first copying ("packing") panels of both operands into a
+cache-friendly layout. For a prefill chunk that copy is cheap beside the arithmetic; for a
+batch of a few rows the weight matrix is read from memory once per product, and packing it
+reads and writes it again: OpenBLAS reaches about 95 GFLOP/s at 16 rows on this machine's two
+cores against 150 with the weights in cache. This kernel reads each weight row once, straight
+from the checkpoint's [out, in] layout, and multiplies it with 4 rows of x at a time from
+registers: 4 weight rows × 4 x rows = 16 running sums per step along the input dimension,
+which LLVM turns into vector fused multiply-adds (measured 120–150 GFLOP/s at 16 rows).
+
+`skinny_matmul` is None without numba (jit.py); the callers then use BLAS.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .jit import LAUNCH, compiler
+
+
+def _build():
+    tools = compiler()
+    if tools is None:
+        return None
+    jit, prange = tools
+
+    @jit
+    def skinny(W, x, out):  # pragma: no cover - compiled by numba
+        N, K = W.shape
+        M = x.shape[0]
+        for block in prange((N + 3) // 4):
+            n = block * 4
+            if n + 4 > N:  # the last rows of W when N is not a multiple of 4
+                for i in range(n, N):
+                    for j in range(M):
+                        s = np.float32(0.0)
+                        for k in range(K):
+                            s += W[i, k] * x[j, k]
+                        out[j, i] = s
+                continue
+            j = 0
+            while j + 4 <= M:
+                s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = np.float32(0.0)
+                s20 = s21 = s22 = s23 = s30 = s31 = s32 = s33 = np.float32(0.0)
+                for k in range(K):
+                    w0, w1, w2, w3 = W[n, k], W[n + 1, k], W[n + 2, k], W[n + 3, k]
+                    x0, x1, x2, x3 = x[j, k], x[j + 1, k], x[j + 2, k], x[j + 3, k]
+                    s00 += w0 * x0
+                    s01 += w0 * x1
+                    s02 += w0 * x2
+                    s03 += w0 * x3
+                    s10 += w1 * x0
+                    s11 += w1 * x1
+                    s12 += w1 * x2
+                    s13 += w1 * x3
+                    s20 += w2 * x0
+                    s21 += w2 * x1
+                    s22 += w2 * x2
+                    s23 += w2 * x3
+                    s30 += w3 * x0
+                    s31 += w3 * x1
+                    s32 += w3 * x2
+                    s33 += w3 * x3
+                out[j, n], out[j + 1, n], out[j + 2, n], out[j + 3, n] = s00, s01, s02, s03
+                out[j, n + 1], out[j + 1, n + 1], out[j + 2, n + 1], out[j + 3, n + 1] = s10, s11, s12, s13
+                out[j, n + 2], out[j + 1, n + 2], out[j + 2, n + 2], out[j + 3, n + 2] = s20, s21, s22, s23
+                out[j, n + 3], out[j + 1, n + 3], out[j + 2, n + 3], out[j + 3, n + 3] = s30, s31, s32, s33
+                j += 4
+            while j < M:  # the last rows of x when M is not a multiple of 4
+                s0 = s1 = s2 = s3 = np.float32(0.0)
+                for k in range(K):
+                    xk = x[j, k]
+                    s0 += W[n, k] * xk
+                    s1 += W[n + 1, k] * xk
+                    s2 += W[n + 2, k] * xk
+                    s3 += W[n + 3, k] * xk
+                out[j, n], out[j, n + 1], out[j, n + 2], out[j, n + 3] = s0, s1, s2, s3
+                j += 1
+
+    def skinny_matmul(x: np.ndarray, weight: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """x [M, K] · weight[N, K]ᵀ → [M, N], both float32 and C-contiguous."""
+        if out is None:
+            out = np.empty((x.shape[0], weight.shape[0]), dtype=np.float32)
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        with LAUNCH:
+            skinny(weight, x, out)
+        return out
+
+    return skinny_matmul
+
+
+skinny_matmul = _build()
