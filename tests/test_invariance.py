@@ -53,10 +53,11 @@ def test_batch_of_unrelated_sequences_matches_alone(version):
         for slot, logits in enumerate(model.step(inputs)):
             if logits is not None:
                 got[slot].append(logits)
-    # float32 BLAS rounds a row's dot products differently depending on how many rows share
-    # the product; v5.0 (no gate, unsquashed receptance) amplifies that to ~2e-5 here,
-    # while the same chunks alone agree to 1e-6. Float64 products make all agree to 6e-7.
-    tolerance = 3e-5 if version == "5.0" else SAME
+    # float32 products round a row's dot products differently depending on the kernel that
+    # runs them (BLAS for one row or a prefill chunk, skinny.py for a few rows) and on how many
+    # rows share a product; v5.0 (no gate, unsquashed receptance) amplifies that to ~5e-5
+    # here, while the same chunks alone agree to 1e-6. Float64 products make all agree to 6e-7.
+    tolerance = 1e-4 if version == "5.0" else SAME
     for slot in range(8):
         assert rel_err(np.concatenate(got[slot]), alone[slot]) < tolerance, f"slot {slot}"
 

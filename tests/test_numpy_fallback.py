@@ -12,23 +12,27 @@ from ai00_like.rwkv.cpu import blocks, model, ops
 
 @pytest.fixture(autouse=True)
 def without_numba(monkeypatch):
-    for module, name in ((blocks, "wkv7_segments"), (ops, "skinny_matmul"), (model, "skinny_matmul")):
+    for module, name in ((blocks, "wkv5_segments"), (blocks, "wkv7_segments"), (ops, "skinny_matmul"),
+                         (model, "skinny_matmul")):
         monkeypatch.setattr(module, name, None)
     used = []
-    sequence = blocks.wkv7_sequence
-    monkeypatch.setattr(blocks, "wkv7_sequence", lambda *a: used.append(1) or sequence(*a))
+    for name in ("wkv5_sequence", "wkv7_sequence"):
+        numpy_form = getattr(blocks, name)
+        monkeypatch.setattr(blocks, name, lambda *a, f=numpy_form: used.append(1) or f(*a))
     yield
     assert used, "the numpy recurrence did not run"
 
 
-@pytest.mark.parametrize("name", [n for n in sorted(test_conformance.CASES) if n.startswith("v7")])
-def test_v7_matches_golden_logits(name):
+@pytest.mark.parametrize("name", [n for n in sorted(test_conformance.CASES) if n.startswith(("v5.2", "v6", "v7"))])
+def test_matches_golden_logits(name):
     test_conformance.test_matches_golden_logits(name)
 
 
-def test_v7_batch_of_unrelated_sequences_matches_alone():
-    test_invariance.test_batch_of_unrelated_sequences_matches_alone("7")
+@pytest.mark.parametrize("version", ["5.2", "6", "7"])
+def test_batch_of_unrelated_sequences_matches_alone(version):
+    test_invariance.test_batch_of_unrelated_sequences_matches_alone(version)
 
 
-def test_v7_chunking_does_not_change_logits():
-    test_invariance.test_chunking_does_not_change_logits("7")
+@pytest.mark.parametrize("version", ["5.2", "6", "7"])
+def test_chunking_does_not_change_logits(version):
+    test_invariance.test_chunking_does_not_change_logits(version)

@@ -19,7 +19,7 @@ from .wkv import (
     wkv7_sequence,
     wkv7_step,
 )
-from .wkv_numba import wkv7_segments
+from .wkv_numba import wkv5_segments, wkv7_segments
 
 V7_DECAY_SCALE = 0.606531  # e^-1/2, as the reference writes it
 
@@ -103,10 +103,7 @@ class TimeMix5:
         mixed = z * self.mix + prev * (1.0 - self.mix)
         r, k, v = (linear(x, self.W[n]).reshape(A, H, N) for x, n in zip(mixed, ("receptance", "key", "value")))
         log_decay = np.broadcast_to(self.log_decay, (A, H, N))
-        y = run_segments(
-            plan, states, lambda s, *a: wkv5_step(s, *a, self.bonus),
-            lambda s, *a: wkv5_sequence(s, *a, self.bonus), r, k, v, log_decay,
-        )
+        y = wkv5(plan, states, r, k, v, log_decay, self.bonus)
         y = group_norm(y.reshape(A, H * N), H, *self.ln_x)
         if self.gated:
             y = y * silu(linear(mixed[3], self.W["gate"]))
@@ -140,10 +137,7 @@ class TimeMix6:
         g = silu(linear(xg, self.W["gate"]))
         lam = self.decay + np.tanh(xw @ self.decay_w1) @ self.decay_w2
         log_decay = (-np.exp(lam)).reshape(A, H, N)  # decay = exp(−exp(λ)), per token
-        y = run_segments(
-            plan, states, lambda s, *a: wkv5_step(s, *a, self.bonus),
-            lambda s, *a: wkv5_sequence(s, *a, self.bonus), r, k, v, log_decay,
-        )
+        y = wkv5(plan, states, r, k, v, log_decay, self.bonus)
         y = group_norm(y.reshape(A, H * N), H, *self.ln_x)
         return linear(y * g, self.W["output"])
 
@@ -213,6 +207,14 @@ class ChannelMix7:
 
     def __call__(self, z, prev):
         return linear(np.square(np.maximum(linear(z + (prev - z) * self.mix, self.W_k), 0.0)), self.W_v)
+
+
+def wkv5(plan, states, r, k, v, log_decay, bonus):
+    """v5/v6's recurrence over a step's segments: compiled, or numpy's step and chunked forms."""
+    if wkv5_segments is not None:
+        return wkv5_segments(plan, states, r, k, v, log_decay, bonus)
+    return run_segments(plan, states, lambda s, *a: wkv5_step(s, *a, bonus), lambda s, *a: wkv5_sequence(s, *a, bonus),
+                        r, k, v, log_decay)
 
 
 def make_blocks(tensors, info, layer: int):

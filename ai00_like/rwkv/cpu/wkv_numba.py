@@ -1,4 +1,4 @@
-"""v7's WKV recurrence token by token, compiled: every segment of a step in one call.
+"""The WKV recurrences of v5/v6 and v7 token by token, compiled: every segment of a step in one call.
 
 In numpy the recurrence needs the chunked form of rwkv-spec §3.2 to be fast, and even so a
 512-token prefill spends a sixth of its time in ~30 small array operations per chunk and
@@ -7,7 +7,8 @@ head. Compiled, the plain recurrence of §2.5 is cheaper still: each head's stat
 and every (segment, head) pair is independent: a decoding batch's pairs are shared among the
 cores (ops.threads_for). It is also the reference's own order of operations, in fp32.
 
-`wkv7_segments` is None without numba (jit.py); the callers then use wkv.py.
+`wkv5_segments` and `wkv7_segments` are None without numba (jit.py); the callers then use
+wkv.py.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def _build():
     jit, prange = tools
 
     @jit
-    def kernel(states, slots, starts, stops, r, decay, k, v, a, b, y):  # pragma: no cover - compiled
+    def kernel7(states, slots, starts, stops, r, decay, k, v, a, b, y):  # pragma: no cover - compiled
         H, N = r.shape[1], r.shape[2]
         for task in prange(len(slots) * H):
             seg, h = task // H, task % H
@@ -44,19 +45,48 @@ def _build():
                         acc += s * rt[j]
                     y[t, h, i] = acc
 
+    @jit
+    def kernel5(states, slots, starts, stops, r, decay, k, v, u, y):  # pragma: no cover - compiled
+        H, N = r.shape[1], r.shape[2]
+        for task in prange(len(slots) * H):
+            seg, h = task // H, task % H
+            S = states[slots[seg], h]  # [key, value]
+            for t in range(starts[seg], stops[seg]):
+                vt, yt = v[t, h], y[t, h]
+                yt[:] = 0.0
+                for i in range(N):
+                    row, ri, ki, wi = S[i], r[t, h, i], k[t, h, i], decay[t, h, i]
+                    rui = ri * u[h, i] * ki
+                    for j in range(N):
+                        yt[j] += ri * row[j] + rui * vt[j]
+                        row[j] = wi * row[j] + ki * vt[j]
+
+    def launch(kernel, plan, states, per_token, extra=()):
+        args = [np.ascontiguousarray(x, dtype=np.float32) for x in per_token]
+        if any(a.shape != args[0].shape for a in args) or states.dtype != np.float32:
+            raise ValueError("WKV inputs must all be [rows, heads, head_size], states float32")  # no bounds checks inside
+        y = np.empty_like(args[0])
+        with LAUNCH:
+            kernel(states, plan.slots, plan.starts, plan.stops, *args, *extra, y)
+        return y
+
+    def wkv5_segments(plan, states, r, k, v, log_decay, u):
+        """v5/v6: `states` [B, H, N(key), N(value)], updated in place; u [H, N] or [H, 1]. y [A, H, N].
+
+        y[j] = Σ_i r[i]·(u[i]·k[i]·v[j] + S[i, j]);  S[i, j] ← decay[i]·S[i, j] + k[i]·v[j]
+        """
+        u = np.ascontiguousarray(np.broadcast_to(u, r.shape[1:]), dtype=np.float32)  # v5.0/5.1 store [H, 1]
+        return launch(kernel5, plan, states, (r, np.exp(log_decay), k, v), (u,))
+
     def wkv7_segments(plan, states, r, log_decay, k, v, a, b):
-        """All segments of a step; `states` is the layer's pool [B, H, N(value), N(key)],
-        updated in place; the others are the stacked rows [A, H, N]. Returns y [A, H, N].
+        """v7: `states` [B, H, N(value), N(key)], updated in place; the others are the stacked
+        rows [A, H, N]. Returns y [A, H, N].
 
         S ← S·(diag(decay) + a bᵀ) + v kᵀ;  y = S r   (a = −κ̂, b = κ̂⊙α, k = k')
         """
-        args = [np.ascontiguousarray(x, dtype=np.float32) for x in (r, np.exp(log_decay), k, v, a, b)]
-        y = np.empty_like(args[0])
-        with LAUNCH:
-            kernel(states, plan.slots, plan.starts, plan.stops, *args, y)
-        return y
+        return launch(kernel7, plan, states, (r, np.exp(log_decay), k, v, a, b))
 
-    return wkv7_segments
+    return wkv5_segments, wkv7_segments
 
 
-wkv7_segments = _build()
+wkv5_segments, wkv7_segments = _build() or (None, None)
