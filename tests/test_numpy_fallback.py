@@ -4,9 +4,9 @@ for decoding batches): the same conformance and invariance as with the compiled 
 from __future__ import annotations
 
 import pytest
-
 import test_conformance
 import test_invariance
+
 from ai00_like.rwkv.cpu import blocks, model, ops
 
 
