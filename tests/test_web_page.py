@@ -285,7 +285,9 @@ def test_status_shows_live_tokens_per_second_and_cache_hits(page, server):
     # While the reply streams, the server's own rate shows, and one slot is busy.
     page.wait_for_function("Number(document.querySelector('.stat[data-key=generated_rate] b')?.textContent) > 0")
     page.wait_for_function("document.querySelector('.stat[data-key=slots] b')?.textContent.startsWith('1 /')")
-    page.wait_for_function("document.querySelector('#status-chart polyline')")
+    # The chart gains a point a second.
+    page.wait_for_function("document.querySelector('#status-chart polyline')?.points.numberOfItems >= 3 "
+                           "&& Number(document.querySelector('#status-peak').textContent) > 0")
     page.screenshot(path=page.shots / "status-streaming.png")
     page.click("#tab-chat")
     page.click("#chat-stop")

@@ -572,6 +572,7 @@ function button(text, onclick) {
 
 function pickArchive(f) {
   $("#unzip-zip").value = f.path;
+  $("#unzip-result").textContent = "";
   const into = (roots && roots.write[0]) || "assets/unzip";
   $("#unzip-output").value = joinPath(into, f.name.replace(/\.zip$/i, ""));
   $("#unzip-output").focus();
@@ -682,8 +683,9 @@ function sampleChart() {
   if (!$("#page-status").classList.contains("active")) return;
   const peak = Math.max(...chart);
   const top = Math.max(1, peak);
-  const points = chart.map((v, i) => `${(600 * (i + 60 - chart.length) / 59).toFixed(1)},${(78 - 74 * v / top).toFixed(1)}`);
-  $("#status-chart").innerHTML = `<polyline points="${points.join(" ")}"/>`;
+  const x = (i) => (600 * (i + 60 - chart.length) / 59).toFixed(1);
+  const points = chart.map((v, i) => `${x(i)},${(78 - 74 * v / top).toFixed(1)}`).join(" ");
+  $("#status-chart").innerHTML = `<polygon points="${x(0)},80 ${points} 600,80"/><polyline points="${points}"/>`;
   $("#status-peak").textContent = peak.toFixed(1);
 }
 
