@@ -417,23 +417,31 @@ async function listAdapters() {
   } catch { adaptersListed = false; }
 }
 
-async function saveModel(event) {
+// One admin call made from a form: `pending` shows in `result` (and `button` is disabled)
+// until the answer; then the line `done(answer)` returns, or `failed` and the server's words.
+async function callInto({ result, button, pending, failed }, path, body, done) {
+  const out = $(result);
+  out.className = "note"; out.textContent = pending;
+  if (button) $(button).disabled = true;
+  try {
+    const r = await api(path, { method: "POST", body });
+    if (!r.ok) throw new Error(await errorText(r));
+    out.textContent = await done(await r.json());
+  } catch (e) {
+    out.className = "note error"; out.textContent = failed + e.message;
+  } finally {
+    if (button) $(button).disabled = false;
+  }
+}
+
+function saveModel(event) {
   event.preventDefault();
   const data = new FormData($("#save-form"));
-  const result = $("#save-result");
-  result.className = "note"; result.textContent = "Saving…";
-  $("#save-button").disabled = true;
-  try {
-    const r = await api("/admin/models/save", { method: "POST", body: { path: data.get("path"), dtype: data.get("dtype") } });
-    if (!r.ok) throw new Error(await errorText(r));
-    const saved = await r.json();
-    result.textContent = `Saved ${saved.path} (${humanSize(saved.bytes)}).`;
-    await refreshModels();
-  } catch (e) {
-    result.className = "note error"; result.textContent = "Save failed: " + e.message;
-  } finally {
-    $("#save-button").disabled = false;
-  }
+  return callInto({ result: "#save-result", button: "#save-button", pending: "Saving…", failed: "Save failed: " },
+    "/admin/models/save", { path: data.get("path"), dtype: data.get("dtype") }, async (saved) => {
+      await refreshModels();
+      return `Saved ${saved.path} (${humanSize(saved.bytes)}).`;
+    });
 }
 
 async function refreshModels() {
@@ -484,31 +492,19 @@ async function loadModel(event) {
     .map((l) => ({ path: l.querySelector("input[type=checkbox]").value, alpha: Number(l.querySelector("input[type=number]").value) }));
   body.state = [...$("#load-states").querySelectorAll("label")].filter((l) => l.querySelector("input[type=checkbox]").checked)
     .map((l) => ({ path: l.querySelector("input[type=checkbox]").value, default: l.querySelector("input[type=radio]").checked }));
-  const result = $("#load-result");
-  result.className = "note"; result.textContent = `Loading ${body.model_path}…`;
-  $("#load-button").disabled = true;
-  try {
-    const r = await api("/admin/models/load", { method: "POST", body });
-    if (!r.ok) throw new Error(await errorText(r));
-    const status = await r.json();
-    const r2 = status.reload;
-    result.textContent = `Loaded ${status.id}: device ${r2.device}, ${r2.precision}, quantisation ${r2.quant_type}`
-      + (r2.quant ? ` (first ${r2.quant} layers)` : "") + `, max batch ${r2.max_batch}.`;
-    renderLoaded(status);
-    renderSettings("chat"); renderSettings("continue");
-  } catch (e) {
-    result.className = "note error"; result.textContent = "Load failed: " + e.message;
-  } finally {
-    $("#load-button").disabled = false;
-  }
+  return callInto({ result: "#load-result", button: "#load-button", pending: `Loading ${body.model_path}…`, failed: "Load failed: " },
+    "/admin/models/load", body, (status) => {
+      renderLoaded(status);
+      renderSettings("chat"); renderSettings("continue");
+      const r = status.reload;
+      return `Loaded ${status.id}: device ${r.device}, ${r.precision}, quantisation ${r.quant_type}`
+        + (r.quant ? ` (first ${r.quant} layers)` : "") + `, max batch ${r.max_batch}.`;
+    });
 }
 
-async function unloadModel() {
-  const result = $("#load-result");
-  const r = await api("/admin/models/unload", { method: "POST" });
-  if (!r.ok) { result.className = "note error"; result.textContent = "Unload failed: " + await errorText(r); return; }
-  result.className = "note"; result.textContent = "Unloaded.";
-  renderLoaded(await r.json());
+function unloadModel() {
+  return callInto({ result: "#load-result", pending: "Unloading…", failed: "Unload failed: " },
+    "/admin/models/unload", undefined, (status) => { renderLoaded(status); return "Unloaded."; });
 }
 
 // ------------------------------------------------------------------ files
@@ -578,50 +574,28 @@ function pickArchive(f) {
   $("#unzip-output").focus();
 }
 
-async function unzipArchive(event) {
+function unzipArchive(event) {
   event.preventDefault();
-  const result = $("#unzip-result");
-  result.className = "note"; result.textContent = "Unpacking…";
-  try {
-    const body = { zip_path: $("#unzip-zip").value.trim(), output: $("#unzip-output").value.trim() };
-    const r = await api("/admin/files/unzip", { method: "POST", body });
-    if (!r.ok) throw new Error(await errorText(r));
-    const done = await r.json();
-    result.textContent = `Unpacked ${done.files} files (${humanSize(done.bytes)}) into ${done.output}.`;
-  } catch (e) {
-    result.className = "note error"; result.textContent = "Not unpacked: " + e.message;
-  }
+  return callInto({ result: "#unzip-result", button: "#unzip-button", pending: "Unpacking…", failed: "Not unpacked: " },
+    "/admin/files/unzip", { zip_path: $("#unzip-zip").value.trim(), output: $("#unzip-output").value.trim() },
+    (done) => `Unpacked ${done.files} files (${humanSize(done.bytes)}) into ${done.output}.`);
 }
 
-async function loadConfig() {
-  const result = $("#config-result");
-  result.className = "note"; result.textContent = "";
-  try {
-    const r = await api("/admin/files/config/load", { method: "POST", body: { path: $("#config-path").value.trim() } });
-    if (!r.ok) throw new Error(await errorText(r));
-    const file = await r.json();
-    $("#config-text").value = file.text;
-    result.textContent = `Loaded ${file.path}: a valid config.`;
-  } catch (e) {
-    result.className = "note error"; result.textContent = "Not loaded: " + e.message;
-  }
+function loadConfig() {
+  return callInto({ result: "#config-result", pending: "Loading…", failed: "Not loaded: " },
+    "/admin/files/config/load", { path: $("#config-path").value.trim() }, (file) => {
+      $("#config-text").value = file.text;
+      return `Loaded ${file.path}: a valid config.`;
+    });
 }
 
 // The server validates the text before it writes anything; a refused config is left in
 // the editor with the reason, and the file stays as it was.
-async function saveConfig(event) {
+function saveConfig(event) {
   event.preventDefault();
-  const result = $("#config-result");
-  result.className = "note"; result.textContent = "Saving…";
-  try {
-    const body = { path: $("#config-path").value.trim(), config: $("#config-text").value };
-    const r = await api("/admin/files/config/save", { method: "POST", body });
-    if (!r.ok) throw new Error(await errorText(r));
-    const file = await r.json();
-    result.textContent = `Saved ${file.path}.`;
-  } catch (e) {
-    result.className = "note error"; result.textContent = "Not saved: " + e.message;
-  }
+  return callInto({ result: "#config-result", button: "#config-save", pending: "Saving…", failed: "Not saved: " },
+    "/admin/files/config/save", { path: $("#config-path").value.trim(), config: $("#config-text").value },
+    (file) => `Saved ${file.path}.`);
 }
 
 // ------------------------------------------------------------------ status stream
