@@ -462,7 +462,11 @@ async function refreshModels() {
     const st = document.createElement("td"); st.className = "state"; tr.appendChild(st);
     tbody.appendChild(tr);
     const name = f.name.toLowerCase();
-    if (f.info) select.add(new Option(f.name, f.path, false, f.path === chosen));
+    if (f.info) {
+      const option = new Option(f.name, f.path, false, f.path === chosen);
+      option.dataset.layers = f.info.num_layer;
+      select.add(option);
+    }
     else if (name.endsWith(".lora") || (name.endsWith(".st") && !f.info)) {
       const l = document.createElement("label");
       l.innerHTML = `<input type="checkbox" value="${escapeHTML(f.path)}"> <span></span> <input type="number" step="any" value="1" title="alpha">`;
@@ -476,9 +480,17 @@ async function refreshModels() {
       states.appendChild(l);
     }
   }
+  limitQuantLayers();
   if (!loras.children.length) loras.textContent = "none in the models folder";
   if (!states.children.length) states.textContent = "none in the models folder";
   renderLoaded(status);
+}
+
+// Quantisation applies to the first n layers: at most the chosen model's count.
+function limitQuantLayers() {
+  const option = $("#load-model").selectedOptions[0];
+  const quant = $('#load-form [name="quant"]');
+  if (option) quant.max = option.dataset.layers; else quant.removeAttribute("max");
 }
 
 async function loadModel(event) {
@@ -702,6 +714,7 @@ function init() {
   $("#continue-stop").onclick = () => continueAbort && continueAbort.abort();
   $("#models-refresh").onclick = () => refreshModels();
   $("#load-form").onsubmit = loadModel;
+  $("#load-model").onchange = limitQuantLayers;
   $("#unload-button").onclick = unloadModel;
   $("#save-form").onsubmit = saveModel;
   $("#files-form").onsubmit = listFiles;
