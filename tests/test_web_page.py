@@ -498,3 +498,33 @@ def test_a_wrong_admin_key_is_asked_for_again(page, server):
     page.locator('#files-table tr[data-path="assets/models/demo.st"]').wait_for()
     assert len(asked) == 2 and all("admin key" in m for m in asked)
     assert page.evaluate("localStorage.getItem('ai00like.adminKey')") == json.dumps(ADMIN_KEY)
+
+
+def test_constrained_replies_in_the_page(page, server):
+    """The happy path of the grammar settings, once the server decodes under constraints."""
+    request_schema = server.get("/api-docs/openapi.json").json()["components"]["schemas"]["ChatCompletionRequest"]
+    if "bnf_schema" not in request_schema["properties"]:
+        pytest.skip("this server has no constrained decoding (bnf_schema) yet")
+    schema = {"type": "object", "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}},
+              "required": ["answer"], "additionalProperties": False}
+    set_setting(page, "max_tokens", "64")
+    page.select_option('[data-settings="chat"] [name="response_format"]', "json_schema")
+    set_setting(page, "json_schema", json.dumps(schema))
+    page.fill("#chat-input", "Is the sky blue? Answer in JSON.")
+    page.click("#chat-send")
+    page.locator(".msg.assistant.done").wait_for()
+    assert json.loads(page.locator(".msg.assistant").inner_text())["answer"] in ("yes", "no")
+
+    page.click("#tab-continue")
+    settings = '[data-settings="continue"]'
+    page.fill(f"{settings} [name=bnf_schema]", 'start::="yes"|"no";')
+    page.dispatch_event(f"{settings} [name=bnf_schema]", "change")
+    page.fill(f"{settings} [name=max_tokens]", "16")
+    page.dispatch_event(f"{settings} [name=max_tokens]", "change")
+    prompt = "Is the sky blue? Answer yes or no: "
+    page.fill("#continue-text", prompt)
+    page.click("#continue-go")
+    page.wait_for_function(f"document.querySelector('#continue-text').value.length > {len(prompt)} "
+                           "&& !document.querySelector('#continue-go').disabled")
+    assert page.input_value("#continue-text")[len(prompt):] in ("yes", "no")
+    assert not page.inner_text("#continue-error")
