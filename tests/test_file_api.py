@@ -140,6 +140,16 @@ def test_dir_lists_files_with_size_hash_and_model_info(server, tree):
     assert r.status == 200 and all(f["sha"] == "" for f in r.json())
 
 
+def test_roots_name_the_folders_the_routes_take(server, tree):
+    r = server.get("/admin/files/roots", headers=AUTH)
+    assert r.status == 200, r
+    # assets/www and the configured web folder are the same; the unzip roots need not exist yet.
+    assert r.json() == {"read": ["assets/models", "assets/tokenizer", "assets/configs", "assets/www"],
+                        "write": ["assets/unzip", "assets/temp"]}
+    for folder in r.json()["read"]:
+        assert post(server, "/admin/files/dir", {"path": folder}).status == 200, folder
+
+
 def test_unzip_replaces_the_output_folder(server, tree):
     out = tree / "srv/assets/unzip/old"
     r = post(server, "/admin/files/unzip", {"zip_path": "assets/models/good.zip", "target_dir": "assets/unzip/old"})
@@ -251,6 +261,8 @@ def test_admin_calls_without_the_key_are_refused(server, tree, headers, status):
         r = post(server, route, body, headers=headers)
         assert r.status == status, (route, r)
         assert b"tiny.st" not in r.body  # no listing leaks out
+    r = server.get("/admin/files/roots", headers=headers)
+    assert r.status == status and b"assets/models" not in r.body
     assert snapshot(tree) == before
 
 

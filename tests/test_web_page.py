@@ -7,12 +7,18 @@ test's tmp_path/screenshots.
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import shutil
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
 from api_helpers import ServerThread, config_for
+
+from ai00_like.config import parse_config
 
 CHROMIUM = "/usr/bin/chromium"
 WWW = Path(__file__).resolve().parents[1] / "assets" / "www"
@@ -27,19 +33,57 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need
 WAIT_MS = 60_000
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    """The bundled demo model, and a copy of it to load from the Models page."""
-    d = tmp_path_factory.mktemp("web")
-    shutil.copy(DEMO / "demo.st", d / "demo.st")
-    shutil.copy(DEMO / "demo.st", d / "demo-copy.st")
-    return d
+APP_CONFIG = '[model]\npath = "../models"\nname = "demo.st"\nmax_batch = 2\n'
+
+
+def zip_bytes(entries: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, data in entries.items():
+            z.writestr(name, data)
+    return buf.getvalue()
 
 
 @pytest.fixture(scope="module")
-def server(model_dir):
-    extra = f'[tokenizer]\npath = "{DEMO / "demo_vocab.txt"}"\n[web]\npath = "{WWW}"\n'
-    config = config_for(model_dir, extra, model="demo.st", max_batch=2, listen_extra=f'admin_key = "{ADMIN_KEY}"')
+def base_dir(tmp_path_factory):
+    """A server folder: assets/models with the bundled demo model, a copy of it to load from
+    the Models page and two archives; assets/configs with a config to edit."""
+    base = tmp_path_factory.mktemp("web")
+    models = base / "assets" / "models"
+    models.mkdir(parents=True)
+    shutil.copy(DEMO / "demo.st", models / "demo.st")
+    shutil.copy(DEMO / "demo.st", models / "demo-copy.st")
+    (models / "pack.zip").write_bytes(zip_bytes({"pack/a.txt": b"alpha", "b.txt": b"beta"}))
+    (models / "slip.zip").write_bytes(zip_bytes({"ok.txt": b"1", "../../evil.txt": b"evil"}))
+    (base / "assets" / "configs").mkdir()
+    (base / "assets" / "configs" / "app.toml").write_text(APP_CONFIG)
+    return base
+
+
+@pytest.fixture(scope="module")
+def model_dir(base_dir):
+    return base_dir / "assets" / "models"
+
+
+@pytest.fixture(scope="module")
+def server(base_dir):
+    config = parse_config(f"""
+[model]
+path = "assets/models"
+name = "demo.st"
+max_batch = 2
+token_chunk_size = 64
+max_tokens_limit = 4096
+[tokenizer]
+path = "{DEMO / "demo_vocab.txt"}"
+[web]
+path = "{WWW}"
+[listen]
+ip = "127.0.0.1"
+port = 0
+ping_interval = 0.05
+admin_key = "{ADMIN_KEY}"
+""", source="test-config.toml", base_dir=base_dir)
     with ServerThread(config) as s:
         assert s.serving.model is not None, s.serving.last_error
         yield s
@@ -168,13 +212,15 @@ def test_load_a_model_from_the_models_page(page, server):
     # Put the first model back for the other tests.
     page.select_option("#load-model", "demo.st")
     page.click("#load-button")
-    page.locator("#load-result", has_text="Loaded demo.").wait_for()
+    page.locator("#load-result", has_text="Loaded demo:").wait_for()
 
 
 def test_markdown_is_rendered_and_html_is_escaped(page):
     html = page.evaluate("""renderMarkdown('**bold** and `code` <img src=x onerror="window.pwned=1">\\n\\n'
         + '- one\\n- two\\n\\n```\\n<script>window.pwned=1</script>\\n```\\n[x](javascript:alert(1))')""")
-    page.set_content(f"<div id=out>{html}</div>")
+    # Into the live page (replacing the page would leave its timers without their elements).
+    page.evaluate("(html) => { const d = document.createElement('div'); d.id = 'out'; d.innerHTML = html; "
+                  "document.body.appendChild(d); }", html)
     out = page.locator("#out")
     assert out.locator("strong").inner_text() == "bold"
     assert out.locator("li").count() == 2
@@ -222,3 +268,263 @@ def test_the_api_key_is_asked_for_once(browser, model_dir, tmp_path):
         assert page.locator(".msg.assistant").inner_text().strip()
         assert len(dialogs) == 1 and "API key" in dialogs[0]
         context.close()
+
+
+# ------------------------------------------------------------------------------ status
+
+
+def stat(page, key: str) -> str:
+    return page.locator(f'.stat[data-key="{key}"] b').inner_text()
+
+
+def test_status_shows_live_tokens_per_second_and_cache_hits(page, server):
+    set_setting(page, "max_tokens", "4000")
+    set_setting(page, "stop", "@@never@@")
+    page.fill("#chat-input", "Tell me of the kings of old")
+    page.click("#chat-send")
+    page.wait_for_function("document.querySelector('.msg.assistant.streaming')?.textContent.length > 5")
+    page.click("#tab-status")
+    # While the reply streams, the server's own rate shows, and one slot is busy.
+    page.wait_for_function("Number(document.querySelector('.stat[data-key=generated_rate] b')?.textContent) > 0")
+    page.wait_for_function("document.querySelector('.stat[data-key=slots] b')?.textContent.startsWith('1 /')")
+    # The chart gains a point a second.
+    page.wait_for_function("document.querySelector('#status-chart polyline')?.points.numberOfItems >= 3 "
+                           "&& Number(document.querySelector('#status-peak').textContent) > 0")
+    page.screenshot(path=page.shots / "status-streaming.png")
+    page.click("#tab-chat")
+    page.click("#chat-stop")
+    page.locator(".msg.assistant.done").wait_for()
+    wait_idle(server)
+
+    # The same prompt twice: the second one's prefix comes from the state cache.
+    page.click("#tab-status")
+    hits_before = int(stat(page, "cache_hits").split("/")[0].replace(",", ""))
+    page.click("#tab-continue")
+    page.fill('[data-settings="continue"] [name="max_tokens"]', "4")
+    page.dispatch_event('[data-settings="continue"] [name="max_tokens"]', "change")
+    prompt = "And the LORD spake unto Moses, saying, Speak unto the children of Israel"
+    for _ in range(2):
+        page.fill("#continue-text", prompt)
+        page.click("#continue-go")
+        page.wait_for_function("document.querySelector('#continue-text').value.length > "
+                               f"{len(prompt)} && !document.querySelector('#continue-go').disabled")
+    page.click("#tab-status")
+    page.wait_for_function(f"parseInt(document.querySelector('.stat[data-key=cache_hits] b').textContent"
+                           f".replace(/,/g, '')) > {hits_before}")
+    assert int(stat(page, "cache_hit_tokens").replace(",", "")) > 0
+    info = server.get("/api/models/info").json()
+    assert info["cache_hits"] > hits_before
+    assert "%" in stat(page, "cache_hits")
+
+
+# ------------------------------------------------------------------------------ grammar fields
+
+
+def last_request_body(request) -> dict:
+    return json.loads(request.post_data)
+
+
+def test_grammar_and_response_format_are_sent_and_refusals_shown(page, server):
+    grammar = 'start::="yes"|"no";'
+    page.fill('[data-settings="chat"] [name="bnf_schema"]', grammar)
+    page.dispatch_event('[data-settings="chat"] [name="bnf_schema"]', "change")
+    page.select_option('[data-settings="chat"] [name="response_format"]', "json_schema")
+    # A schema that is not JSON is caught in the page: nothing is sent.
+    sent: list[str] = []
+    page.on("request", lambda r: sent.append(r.url) if "/chat/completions" in r.url else None)
+    set_setting(page, "json_schema", '{"type": ')
+    page.fill("#chat-input", "Yes or no?")
+    page.click("#chat-send")
+    page.locator(".msg.assistant.failed .error", has_text="not JSON").wait_for()
+    assert not sent
+    # A schema the server refuses (no such JSON type): the page shows the server's own message.
+    set_setting(page, "json_schema", '{"type": "no-such-type"}')
+    with page.expect_request("**/v1/chat/completions") as request:
+        page.click("#chat-regenerate")
+    body = last_request_body(request.value)
+    assert body["bnf_schema"] == grammar
+    assert body["response_format"] == {"type": "json_schema", "json_schema": {
+        "name": "schema", "schema": {"type": "no-such-type"}, "strict": True}}
+    answer = server.post("/v1/chat/completions", body)
+    assert answer.status == 400
+    message = answer.json()["error"]["message"]
+    error = page.locator(".msg.assistant.failed .error")
+    error.wait_for()
+    assert error.inner_text() == f"HTTP 400: {message}"
+    page.screenshot(path=page.shots / "chat-refused.png")
+
+    # Continuation sends the grammar too, and shows a refusal in the page.
+    page.click("#tab-continue")
+    settings = '[data-settings="continue"]'
+    page.fill(f"{settings} [name=bnf_schema]", grammar)
+    page.dispatch_event(f"{settings} [name=bnf_schema]", "change")
+    page.fill(f"{settings} [name=max_tokens]", "100000000")
+    page.dispatch_event(f"{settings} [name=max_tokens]", "change")
+    page.fill("#continue-text", "Answer yes or no:")
+    with page.expect_request("**/v1/completions") as request:
+        page.click("#continue-go")
+    body = last_request_body(request.value)
+    assert body["bnf_schema"] == grammar and "response_format" not in body
+    answer = server.post("/v1/completions", body)
+    assert answer.status == 400
+    page.locator("#continue-error", has_text=answer.json()["error"]["message"]).wait_for()
+    assert page.input_value("#continue-text") == "Answer yes or no:"
+    page.screenshot(path=page.shots / "continue-refused.png")
+
+
+# ------------------------------------------------------------------------------ models: save, load options
+
+
+def answer_dialogs(page, *keys: str) -> list[str]:
+    """Answers each prompt for a key with the next of `keys` (the last one from then on)."""
+    asked: list[str] = []
+
+    def answer(dialog):
+        asked.append(dialog.message)
+        dialog.accept(keys[min(len(asked), len(keys)) - 1])
+
+    page.on("dialog", answer)
+    return asked
+
+
+def test_models_page_saves_the_model_and_sends_load_options(page, server, model_dir):
+    asked = answer_dialogs(page, ADMIN_KEY)
+    page.click("#tab-models")
+    page.locator('#models-table tr.loaded[data-path="demo.st"]').wait_for()
+    # The save box offers Ai00's kind of name: <model>-<quant_type>_<quant>-<time>.
+    assert page.input_value("#save-path").startswith("demo-None_0-")
+    page.fill("#save-path", "saved-demo.st")
+    page.click("#save-button")
+    page.locator("#save-result", has_text="Saved saved-demo.st").wait_for()
+    row = page.locator('#models-table tr[data-path="saved-demo.st"]')
+    row.wait_for()
+    assert "L4" in row.inner_text() or "4 layers" in row.inner_text()
+    assert (model_dir / "saved-demo.st").is_file()
+    # Saving never overwrites: the server's 409 is shown.
+    page.click("#save-button")
+    page.locator("#save-result.error", has_text="HTTP 409").wait_for()
+    assert "exists already" in page.inner_text("#save-result")
+    assert len(asked) == 1
+
+    # Device, precision and quantisation go to the server as Ai00's fields; its answer shows.
+    page.select_option("#load-model", "demo-copy.st")
+    page.select_option('#load-form [name="device"]', "cpu")
+    page.select_option('#load-form [name="precision"]', "Fp16")
+    page.select_option('#load-form [name="quant_type"]', "Int8")
+    page.fill('#load-form [name="quant"]', "2")
+    with page.expect_response("**/admin/models/load") as response:
+        page.click("#load-button")
+    body = last_request_body(response.value.request)
+    assert (body["model_path"], body["device"], body["precision"], body["quant_type"], body["quant"]) == \
+        ("demo-copy.st", "cpu", "Fp16", "Int8", 2)
+    if response.value.ok:
+        page.locator("#load-result", has_text="Loaded demo-copy: device cpu").wait_for()
+    else:
+        message = response.value.json()["error"]["message"]
+        page.locator("#load-result.error", has_text=message).wait_for()
+    page.screenshot(path=page.shots / "models-options.png")
+    # Back to the plain demo model for the other tests.
+    page.select_option('#load-form [name="quant_type"]', "None")
+    page.fill('#load-form [name="quant"]', "0")
+    page.select_option('#load-form [name="precision"]', "Fp32")
+    page.select_option("#load-model", "demo.st")
+    page.click("#load-button")
+    page.locator("#load-result", has_text="Loaded demo:").wait_for()
+
+
+# ------------------------------------------------------------------------------ files
+
+
+def test_files_page_browses_unzips_and_edits_a_config(page, server, base_dir):
+    asked = answer_dialogs(page, ADMIN_KEY)
+    page.click("#tab-files")
+    # The models folder is listed first, with model info; archives offer to be unpacked.
+    page.locator('#files-table tr[data-path="assets/models/demo.st"]', has_text="layers").wait_for()
+    assert page.locator("#files-root option").all_inner_texts()[:2] == ["assets/models", "assets/configs"]
+    page.check("#files-sha")
+    page.click("#files-list")
+    pack = page.locator('#files-table tr[data-path="assets/models/pack.zip"]')
+    digest = hashlib.sha256((base_dir / "assets/models/pack.zip").read_bytes()).hexdigest()
+    pack.locator(f"text={digest}").wait_for()
+
+    pack.locator("button", has_text="Unzip").click()
+    assert page.input_value("#unzip-output") == "assets/unzip/pack"
+    page.click("#unzip-button")
+    page.locator("#unzip-result", has_text="Unpacked 2 files").wait_for()
+    assert (base_dir / "assets/unzip/pack/pack/a.txt").read_text() == "alpha"
+    # An archive with an entry that would land outside is refused whole; nothing is written.
+    page.locator('#files-table tr[data-path="assets/models/slip.zip"] button').click()
+    page.click("#unzip-button")
+    page.locator("#unzip-result.error", has_text="HTTP 403").wait_for()
+    assert "outside" in page.inner_text("#unzip-result")
+    assert not (base_dir / "assets/unzip/slip").exists() and not (base_dir / "evil.txt").exists()
+    # A sub-folder that climbs out is refused by the server, and the page says why.
+    page.fill("#files-sub", "../..")
+    page.click("#files-list")
+    page.locator("#files-error", has_text="HTTP 403").wait_for()
+    assert page.locator("#files-table tbody tr").count() == 0
+    page.screenshot(path=page.shots / "files-refused.png")
+
+    # The config: listed in its folder, loaded into the editor, validated before it is saved.
+    page.fill("#files-sub", "")
+    page.select_option("#files-root", "assets/configs")
+    page.locator('#files-table tr[data-path="assets/configs/app.toml"] button', has_text="Edit").click()
+    page.locator("#config-result", has_text="valid config").wait_for()
+    assert page.input_value("#config-text") == APP_CONFIG
+    config_file = base_dir / "assets/configs/app.toml"
+    page.fill("#config-text", APP_CONFIG.replace("max_batch = 2", 'max_batch = "many"'))
+    page.click("#config-save")
+    page.locator("#config-result.error", has_text="HTTP 400").wait_for()
+    assert "max_batch" in page.inner_text("#config-result")
+    assert config_file.read_text() == APP_CONFIG  # the refused text was not written
+    page.screenshot(path=page.shots / "files-config-refused.png")
+    edited = APP_CONFIG.replace("max_batch = 2", "max_batch = 3")
+    page.fill("#config-text", edited)
+    page.click("#config-save")
+    page.locator("#config-result", has_text="Saved assets/configs/app.toml").wait_for()
+    assert config_file.read_text() == edited
+    page.click("#config-load")
+    page.locator("#config-result", has_text="valid config").wait_for()
+    page.screenshot(path=page.shots / "files.png")
+    assert len(asked) == 1
+
+
+def test_a_wrong_admin_key_is_asked_for_again(page, server):
+    asked = answer_dialogs(page, "wrong-key", ADMIN_KEY)
+    page.click("#tab-files")
+    page.locator("#files-error", has_text="Wrong admin key").wait_for()
+    assert page.evaluate("localStorage.getItem('ai00like.adminKey')") == '""'
+    page.click("#files-list")
+    page.locator('#files-table tr[data-path="assets/models/demo.st"]').wait_for()
+    assert len(asked) == 2 and all("admin key" in m for m in asked)
+    assert page.evaluate("localStorage.getItem('ai00like.adminKey')") == json.dumps(ADMIN_KEY)
+
+
+def test_constrained_replies_in_the_page(page, server):
+    """The happy path of the grammar settings, once the server decodes under constraints."""
+    request_schema = server.get("/api-docs/openapi.json").json()["components"]["schemas"]["ChatCompletionRequest"]
+    if "bnf_schema" not in request_schema["properties"]:
+        pytest.skip("this server has no constrained decoding (bnf_schema) yet")
+    schema = {"type": "object", "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}},
+              "required": ["answer"], "additionalProperties": False}
+    set_setting(page, "max_tokens", "64")
+    page.select_option('[data-settings="chat"] [name="response_format"]', "json_schema")
+    set_setting(page, "json_schema", json.dumps(schema))
+    page.fill("#chat-input", "Is the sky blue? Answer in JSON.")
+    page.click("#chat-send")
+    page.locator(".msg.assistant.done").wait_for()
+    assert json.loads(page.locator(".msg.assistant").inner_text())["answer"] in ("yes", "no")
+
+    page.click("#tab-continue")
+    settings = '[data-settings="continue"]'
+    page.fill(f"{settings} [name=bnf_schema]", 'start::="yes"|"no";')
+    page.dispatch_event(f"{settings} [name=bnf_schema]", "change")
+    page.fill(f"{settings} [name=max_tokens]", "16")
+    page.dispatch_event(f"{settings} [name=max_tokens]", "change")
+    prompt = "Is the sky blue? Answer yes or no: "
+    page.fill("#continue-text", prompt)
+    page.click("#continue-go")
+    page.wait_for_function(f"document.querySelector('#continue-text').value.length > {len(prompt)} "
+                           "&& !document.querySelector('#continue-go').disabled")
+    assert page.input_value("#continue-text")[len(prompt):] in ("yes", "no")
+    assert not page.inner_text("#continue-error")

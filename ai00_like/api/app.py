@@ -72,6 +72,8 @@ AI00_ROUTES = [
     Route("POST", "/admin/models/unload", admin.unload, "Unload the model", returns=ai00.ServerStatus),
     Route("POST", "/admin/models/save", admin.save, "Write the loaded model (LoRAs merged) as safetensors in the models folder", body=ai00.SaveRequest),
     # File-system helpers (Ai00 §1.9), every path confined to the exposed folders (files.py).
+    Route("GET", "/admin/files/roots", files.files_roots, "The folders the file routes take (ours)",
+          returns=files.Roots),
     Route("POST", "/admin/files/dir", files.files_dir, "Files of a folder with size, hash and model info",
           body=files.DirRequest, returns=list[ai00.ModelFile]),
     Route("POST", "/admin/files/ls", files.files_dir, "Files of a folder (as /admin/files/dir)",

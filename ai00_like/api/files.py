@@ -61,6 +61,13 @@ class ConfigSaveRequest(msgspec.Struct, kw_only=True):
     config: str  # the TOML text, validated before it is written
 
 
+class Roots(msgspec.Struct, kw_only=True):
+    """Ours: the folders the file routes take, as paths to send them (for the web page)."""
+
+    read: list[str]  # dir/ls, config load/save, and archives to unzip
+    write: list[str]  # where archives unpack (a folder inside one of these)
+
+
 class UnzipResponse(msgspec.Struct, kw_only=True):
     output: str
     files: int
@@ -126,6 +133,17 @@ def shown(config: Config, path: Path) -> str:
 def _inside_roots(path: Path, roots: list[Path]) -> bool:
     real = path.resolve()
     return any(real == r or real.is_relative_to(r) for r in roots)
+
+
+async def files_roots(request: web.Request, serving: Serving) -> Roots:
+    """The roots a request can name: those inside the server's folder (others would be
+    absolute paths, which every route refuses); folders to read only if they exist (unzip
+    creates its output's parents)."""
+    config = serving.config
+    base = base_dir(config)
+    read = [shown(config, r) for r in read_roots(config) if r.is_relative_to(base) and r.is_dir()]
+    write = [shown(config, r) for r in write_roots(config) if r.is_relative_to(base)]
+    return Roots(read=list(dict.fromkeys(read)), write=write)
 
 
 # ------------------------------------------------------------------------------ dir / ls

@@ -23,24 +23,39 @@ function authHeaders(path) {
   return key ? { Authorization: "Bearer " + key } : {};
 }
 
+// A 401, or a 403 about the key (not one refusing, say, a path).
+async function isKeyRefusal(response) {
+  if (response.status === 401) return true;
+  if (response.status !== 403) return false;
+  try { const j = await response.clone().json(); return !!j.error && j.error.code === "invalid_api_key"; }
+  catch { return false; }
+}
+
 async function api(path, { method = "GET", body, signal } = {}, retried = false) {
   const used = store.get(keyName(path), "");
   const init = { method, signal, headers: { ...authHeaders(path) } };
   if (body !== undefined) { init.method = method === "GET" ? "POST" : method; init.body = JSON.stringify(body); init.headers["Content-Type"] = "application/json"; }
   const response = await fetch(path, init);
-  if ((response.status === 401 || response.status === 403) && !retried) {
+  const refusedKey = await isKeyRefusal(response);
+  if (refusedKey && !retried) {
     // Another request may have asked for the key meanwhile: use it rather than ask again.
     if (store.get(keyName(path), "") !== used) return api(path, { method, body, signal }, true);
     const which = keyName(path) === "adminKey" ? "admin key ([listen] admin_key)" : "API key ([listen] api_keys)";
     const given = window.prompt(`This server needs its ${which}:`, "");
     if (given) { store.set(keyName(path), given.trim()); return api(path, { method, body, signal }, true); }
+  } else if (refusedKey && store.get(keyName(path), "") === used && used) {
+    // The key just given was refused: forget it, so the next request asks again.
+    store.set(keyName(path), "");
   }
   return response;
 }
 
+// The server's own words (the OpenAI error envelope's message), with the status code.
 async function errorText(response) {
-  try { const j = await response.json(); return (j.error && j.error.message) || JSON.stringify(j); }
-  catch { return `HTTP ${response.status}`; }
+  let text;
+  try { const j = await response.json(); text = (j.error && j.error.message) || JSON.stringify(j); }
+  catch { text = response.statusText; }
+  return `HTTP ${response.status}: ${text}`;
 }
 
 async function getJSON(path) {
@@ -119,7 +134,8 @@ const SAMPLER_FIELDS = {
 };
 
 function defaultSettings() {
-  return { type: "Nucleus", values: JSON.parse(JSON.stringify(SAMPLER_FIELDS)), max_tokens: 500, stop: "", state: "" };
+  return { type: "Nucleus", values: JSON.parse(JSON.stringify(SAMPLER_FIELDS)), max_tokens: 500, stop: "", state: "",
+    format: "text", schema: "", grammar: "" };
 }
 
 const settings = { chat: store.get("settings.chat", defaultSettings()), continue: store.get("settings.continue", defaultSettings()) };
@@ -156,6 +172,23 @@ function renderSettings(which) {
   for (const st of knownStates) state.add(new Option(st.name + (st.default ? " (default)" : ""), st.id, false, st.id === s.state));
   state.onchange = () => { s.state = state.value; save(); };
   add("initial state", state);
+  const format = document.createElement("select");
+  format.name = "response_format";
+  for (const f of ["text", "json_object", "json_schema"]) format.add(new Option(f, f, false, f === (s.format || "text")));
+  format.onchange = () => { s.format = format.value; save(); renderSettings(which); };
+  add("response format", format);
+  if (s.format === "json_schema") {
+    const schema = document.createElement("textarea");
+    schema.rows = 5; schema.name = "json_schema"; schema.spellcheck = false; schema.value = s.schema || "";
+    schema.placeholder = '{"type": "object", "properties": {…}}';
+    schema.onchange = () => { s.schema = schema.value; save(); };
+    add("JSON schema", schema);
+  }
+  const grammar = document.createElement("textarea");
+  grammar.rows = 4; grammar.name = "bnf_schema"; grammar.spellcheck = false; grammar.value = s.grammar || "";
+  grammar.placeholder = "KBNF grammar (Ai00's bnf_schema), e.g.\nstart::=\"yes\"|\"no\";";
+  grammar.onchange = () => { s.grammar = grammar.value; save(); };
+  add("grammar (KBNF)", grammar);
   const reset = document.createElement("button");
   reset.type = "button"; reset.className = "plain"; reset.textContent = "Defaults";
   reset.onclick = () => { settings[which] = defaultSettings(); store.set("settings." + which, settings[which]); renderSettings(which); };
@@ -168,22 +201,24 @@ function samplingBody(which) {
   const stops = s.stop.split("\n").map((x) => x.replace(/\\n/g, "\n")).filter((x) => x !== "");
   if (stops.length) body.stop = stops;
   if (s.state) body.state = s.state;
+  if (s.grammar && s.grammar.trim()) body.bnf_schema = s.grammar;
+  if (s.format === "json_object") body.response_format = { type: "json_object" };
+  if (s.format === "json_schema") {
+    let schema;
+    try { schema = JSON.parse(s.schema || ""); } catch (e) { throw new Error("The JSON schema in the settings is not JSON: " + e.message); }
+    body.response_format = { type: "json_schema", json_schema: { name: "schema", schema, strict: true } };
+  }
   return body;
 }
 
 // ------------------------------------------------------------------ tokens/s, measured here
 
+// The last reply's rate as this page saw it (the server's own rates are in the status).
 // Each streamed piece counts as one token (the server sends one token per event).
-const rate = { last: null, times: [] };
-function tick() { rate.times.push(performance.now()); }
+const rate = { last: null };
 function countTokens(n, started) {
   if (n) rate.last = { tokens: n, seconds: (performance.now() - started) / 1000 };
   if (lastStatus) renderStatus(lastStatus);
-}
-function recentRate() {
-  const now = performance.now();
-  rate.times = rate.times.filter((t) => now - t < 5000);
-  return rate.times.length / 5;
 }
 
 // ------------------------------------------------------------------ chat
@@ -261,7 +296,7 @@ async function reply() {
     await readSSE(r, (event) => {
       const delta = event.choices && event.choices[0] && event.choices[0].delta;
       if (delta && delta.content) {
-        tokens += 1; tick();
+        tokens += 1;
         answer.content += delta.content;
         div.innerHTML = renderMarkdown(answer.content);
         $("#chat-messages").scrollTop = $("#chat-messages").scrollHeight;
@@ -296,6 +331,7 @@ async function continueText() {
   const box = $("#continue-text");
   continueAbort = new AbortController();
   $("#continue-go").disabled = true; $("#continue-stop").disabled = false;
+  $("#continue-error").textContent = "";
   const started = performance.now();
   let tokens = 0;
   try {
@@ -303,10 +339,10 @@ async function continueText() {
     if (!r.ok) throw new Error(await errorText(r));
     await readSSE(r, (event) => {
       const text = event.choices && event.choices[0] && event.choices[0].text;
-      if (text) { tokens += 1; tick(); box.value += text; box.scrollTop = box.scrollHeight; }
+      if (text) { tokens += 1; box.value += text; box.scrollTop = box.scrollHeight; }
     });
   } catch (e) {
-    if (e.name !== "AbortError") window.alert(e.message);
+    if (e.name !== "AbortError") $("#continue-error").textContent = e.message;
   } finally {
     countTokens(tokens, started);
     continueAbort = null;
@@ -346,14 +382,66 @@ function renderLoaded(status) {
     line("Device", r.device); line("Max batch", r.max_batch); line("Token chunk size", r.token_chunk_size);
     if (r.lora.length) line("LoRAs", r.lora.map((l) => `${l.path} ×${l.alpha}`).join(", "));
     if (status.states.length) line("States", status.states.map((s) => s.name + (s.default ? " (default)" : "")).join(", "));
+    if (r.quant) line("Quantisation", `${r.quant_type}, first ${r.quant} layers`);
+    if (r.precision) line("Precision", r.precision);
     box.dataset.model = r.model_path;
     badge.textContent = status.id;
+    const save = $("#save-path");
+    if (!save.value || save.dataset.auto === save.value) save.value = save.dataset.auto = prefabName(r);
   }
   knownStates = status.states || [];
   for (const t of document.querySelectorAll("#models-table tbody tr")) {
     t.classList.toggle("loaded", !!(status.loaded && status.reload.model_path === t.dataset.path));
     t.querySelector(".state").textContent = t.classList.contains("loaded") ? "loaded" : "";
   }
+}
+
+// Ai00's web page names an export <model>-<quant_type>_<quant>-<timestamp>.prefab; ours
+// is safetensors.
+function prefabName(r) {
+  const stem = r.model_path.replace(/^.*\//, "").replace(/\.[^.]*$/, "");
+  const stamp = new Date().toISOString().replace(/[-:]/g, "").replace(/\..*$/, "").replace("T", "-");
+  return `${stem}-${r.quant_type || "None"}_${r.quant || 0}-${stamp}.st`;
+}
+
+// GPUs from /api/adapters (entry 0 is the CPU; the others are wgpu's adapters in order,
+// which the load request's `device` takes as an index).
+let adaptersListed = false;
+async function listAdapters() {
+  if (adaptersListed) return;
+  adaptersListed = true;
+  const select = $("#load-device");
+  try {
+    const adapters = await getJSON("/api/adapters");
+    adapters.slice(1).forEach((name, i) => select.add(new Option(`${i}: ${name}`, String(i))));
+  } catch { adaptersListed = false; }
+}
+
+// One admin call made from a form: `pending` shows in `result` (and `button` is disabled)
+// until the answer; then the line `done(answer)` returns, or `failed` and the server's words.
+async function callInto({ result, button, pending, failed }, path, body, done) {
+  const out = $(result);
+  out.className = "note"; out.textContent = pending;
+  if (button) $(button).disabled = true;
+  try {
+    const r = await api(path, { method: "POST", body });
+    if (!r.ok) throw new Error(await errorText(r));
+    out.textContent = await done(await r.json());
+  } catch (e) {
+    out.className = "note error"; out.textContent = failed + e.message;
+  } finally {
+    if (button) $(button).disabled = false;
+  }
+}
+
+function saveModel(event) {
+  event.preventDefault();
+  const data = new FormData($("#save-form"));
+  return callInto({ result: "#save-result", button: "#save-button", pending: "Saving…", failed: "Save failed: " },
+    "/admin/models/save", { path: data.get("path"), dtype: data.get("dtype") }, async (saved) => {
+      await refreshModels();
+      return `Saved ${saved.path} (${humanSize(saved.bytes)}).`;
+    });
 }
 
 async function refreshModels() {
@@ -374,7 +462,11 @@ async function refreshModels() {
     const st = document.createElement("td"); st.className = "state"; tr.appendChild(st);
     tbody.appendChild(tr);
     const name = f.name.toLowerCase();
-    if (f.info) select.add(new Option(f.name, f.path, false, f.path === chosen));
+    if (f.info) {
+      const option = new Option(f.name, f.path, false, f.path === chosen);
+      option.dataset.layers = f.info.num_layer;
+      select.add(option);
+    }
     else if (name.endsWith(".lora") || (name.endsWith(".st") && !f.info)) {
       const l = document.createElement("label");
       l.innerHTML = `<input type="checkbox" value="${escapeHTML(f.path)}"> <span></span> <input type="number" step="any" value="1" title="alpha">`;
@@ -388,9 +480,17 @@ async function refreshModels() {
       states.appendChild(l);
     }
   }
+  limitQuantLayers();
   if (!loras.children.length) loras.textContent = "none in the models folder";
   if (!states.children.length) states.textContent = "none in the models folder";
   renderLoaded(status);
+}
+
+// Quantisation applies to the first n layers: at most the chosen model's count.
+function limitQuantLayers() {
+  const option = $("#load-model").selectedOptions[0];
+  const quant = $('#load-form [name="quant"]');
+  if (option) quant.max = option.dataset.layers; else quant.removeAttribute("max");
 }
 
 async function loadModel(event) {
@@ -404,29 +504,110 @@ async function loadModel(event) {
     .map((l) => ({ path: l.querySelector("input[type=checkbox]").value, alpha: Number(l.querySelector("input[type=number]").value) }));
   body.state = [...$("#load-states").querySelectorAll("label")].filter((l) => l.querySelector("input[type=checkbox]").checked)
     .map((l) => ({ path: l.querySelector("input[type=checkbox]").value, default: l.querySelector("input[type=radio]").checked }));
-  const result = $("#load-result");
-  result.className = "note"; result.textContent = `Loading ${body.model_path}…`;
-  $("#load-button").disabled = true;
+  return callInto({ result: "#load-result", button: "#load-button", pending: `Loading ${body.model_path}…`, failed: "Load failed: " },
+    "/admin/models/load", body, (status) => {
+      renderLoaded(status);
+      renderSettings("chat"); renderSettings("continue");
+      const r = status.reload;
+      return `Loaded ${status.id}: device ${r.device}, ${r.precision}, quantisation ${r.quant_type}`
+        + (r.quant ? ` (first ${r.quant} layers)` : "") + `, max batch ${r.max_batch}.`;
+    });
+}
+
+function unloadModel() {
+  return callInto({ result: "#load-result", pending: "Unloading…", failed: "Unload failed: " },
+    "/admin/models/unload", undefined, (status) => { renderLoaded(status); return "Unloaded."; });
+}
+
+// ------------------------------------------------------------------ files
+
+// The folders the file routes take (GET /admin/files/roots), asked for once.
+let roots = null;
+async function loadRoots() {
+  if (roots) return roots;
+  roots = await getJSON("/admin/files/roots");
+  const select = $("#files-root");
+  select.innerHTML = "";
+  for (const r of roots.read) select.add(new Option(r, r));
+  const output = $("#unzip-output");
+  if (!output.value && roots.write.length) output.placeholder = roots.write[0] + "/<name>";
+  return roots;
+}
+
+function joinPath(...parts) {
+  return parts.map((p) => p.replace(/^\/+|\/+$/g, "")).filter((p) => p && p !== ".").join("/") || ".";
+}
+
+function showFilesError(message) { $("#files-error").textContent = message; }
+
+async function listFiles(event) {
+  if (event) event.preventDefault();
+  showFilesError("");
+  const tbody = $("#files-table tbody");
   try {
-    const r = await api("/admin/models/load", { method: "POST", body });
+    await loadRoots();
+    const path = joinPath($("#files-root").value, $("#files-sub").value.trim());
+    const r = await api("/admin/files/dir", { method: "POST", body: { path, is_sha: $("#files-sha").checked } });
     if (!r.ok) throw new Error(await errorText(r));
-    const status = await r.json();
-    result.textContent = `Loaded ${status.id}.`;
-    renderLoaded(status);
-    renderSettings("chat"); renderSettings("continue");
+    const files = await r.json();
+    tbody.innerHTML = "";
+    for (const f of files) {
+      const tr = document.createElement("tr");
+      tr.dataset.path = f.path;
+      const detail = f.info ? describeModel(f.info) : (f.error ? "unreadable: " + f.error : "");
+      for (const text of [f.name, humanSize(f.size), [detail, f.sha].filter(Boolean).join(" · ")]) {
+        const td = document.createElement("td"); td.textContent = text; tr.appendChild(td);
+      }
+      const actions = document.createElement("td");
+      const lower = f.name.toLowerCase();
+      if (lower.endsWith(".zip")) actions.appendChild(button("Unzip…", () => pickArchive(f)));
+      if (lower.endsWith(".toml")) actions.appendChild(button("Edit", () => { $("#config-path").value = f.path; loadConfig(); }));
+      tr.appendChild(actions);
+      tbody.appendChild(tr);
+    }
+    if (!files.length) tbody.innerHTML = '<tr><td colspan="4" class="note">no files here</td></tr>';
   } catch (e) {
-    result.className = "note error"; result.textContent = "Load failed: " + e.message;
-  } finally {
-    $("#load-button").disabled = false;
+    tbody.innerHTML = "";
+    showFilesError(e.message);
   }
 }
 
-async function unloadModel() {
-  const result = $("#load-result");
-  const r = await api("/admin/models/unload", { method: "POST" });
-  if (!r.ok) { result.className = "note error"; result.textContent = "Unload failed: " + await errorText(r); return; }
-  result.className = "note"; result.textContent = "Unloaded.";
-  renderLoaded(await r.json());
+function button(text, onclick) {
+  const b = document.createElement("button");
+  b.type = "button"; b.className = "plain small"; b.textContent = text; b.onclick = onclick;
+  return b;
+}
+
+function pickArchive(f) {
+  $("#unzip-zip").value = f.path;
+  $("#unzip-result").textContent = "";
+  const into = (roots && roots.write[0]) || "assets/unzip";
+  $("#unzip-output").value = joinPath(into, f.name.replace(/\.zip$/i, ""));
+  $("#unzip-output").focus();
+}
+
+function unzipArchive(event) {
+  event.preventDefault();
+  return callInto({ result: "#unzip-result", button: "#unzip-button", pending: "Unpacking…", failed: "Not unpacked: " },
+    "/admin/files/unzip", { zip_path: $("#unzip-zip").value.trim(), output: $("#unzip-output").value.trim() },
+    (done) => `Unpacked ${done.files} files (${humanSize(done.bytes)}) into ${done.output}.`);
+}
+
+function loadConfig() {
+  return callInto({ result: "#config-result", pending: "Loading…", failed: "Not loaded: " },
+    "/admin/files/config/load", { path: $("#config-path").value.trim() }, (file) => {
+      $("#config-text").value = file.text;
+      return `Loaded ${file.path}: a valid config.`;
+    });
+}
+
+// The server validates the text before it writes anything; a refused config is left in
+// the editor with the reason, and the file stays as it was.
+function saveConfig(event) {
+  event.preventDefault();
+  return callInto({ result: "#config-result", button: "#config-save", pending: "Saving…", failed: "Not saved: " },
+    "/admin/files/config/save", { path: $("#config-path").value.trim(), config: $("#config-text").value },
+    (file) => `Saved ${file.path}.`);
 }
 
 // ------------------------------------------------------------------ status stream
@@ -449,26 +630,49 @@ async function followStatus() {
 }
 
 let lastStatus = null;
+const fixed1 = (x) => (x || 0).toFixed(1);
+const count = (n) => (n || 0).toLocaleString("en");
+
 function renderStatus(s) {
   lastStatus = s;
   const view = $("#status-view");
+  const hitRate = s.cache_queries ? ` (${Math.round(100 * s.cache_hits / s.cache_queries)}%)` : "";
+  // [key (for tests and styling), label, value]
   const items = [
-    ["Model", s.loaded ? s.id : (s.loading ? "loading " + s.loading : "none")],
-    ["Active slots", `${s.running} / ${s.slots}`],
-    ["Queue", s.waiting],
-    ["Cache entries", s.cache_entries],
-    ["Cache size", humanSize(s.cache_bytes)],
-    ["Tokens/s now (this page, last 5 s)", recentRate().toFixed(1)],
-    ["Tokens/s (last reply)", rate.last && rate.last.seconds > 0 ? (rate.last.tokens / rate.last.seconds).toFixed(1) : "–"],
+    ["model", "Model", s.loaded ? s.id : (s.loading ? "loading " + s.loading : "none")],
+    ["generated_rate", "Generated tokens/s", fixed1(s.generated_tokens_per_second)],
+    ["prompt_rate", "Prompt tokens/s", fixed1(s.prompt_tokens_per_second)],
+    ["slots", "Active slots", `${s.running} / ${s.slots}`],
+    ["queue", "Waiting in the queue", s.waiting],
+    ["cache_hits", "Cache hits / lookups", `${count(s.cache_hits)} / ${count(s.cache_queries)}${hitRate}`],
+    ["cache_hit_tokens", "Prompt tokens from the cache", count(s.cache_hit_tokens)],
+    ["cache", "Cached states", `${s.cache_entries} · ${humanSize(s.cache_bytes)}`],
+    ["generated", "Tokens generated", count(s.generated_tokens)],
+    ["prompt", "Prompt tokens read", count(s.prompt_tokens)],
+    ["last_reply", "Tokens/s of the last reply here", rate.last && rate.last.seconds > 0 ? (rate.last.tokens / rate.last.seconds).toFixed(1) : "–"],
   ];
-  if (s.last_error) items.push(["Last error", s.last_error]);
+  if (s.last_error) items.push(["last_error", "Last error", s.last_error]);
   view.innerHTML = "";
-  for (const [label, value] of items) {
-    const d = document.createElement("div"); d.className = "stat";
+  for (const [key, label, value] of items) {
+    const d = document.createElement("div"); d.className = "stat"; d.dataset.key = key;
     const b = document.createElement("b"); b.textContent = String(value);
     d.append(b, label);
     view.appendChild(d);
   }
+}
+
+// One point a second of the server's generated tokens/s, the last minute, as a line.
+const chart = [];
+function sampleChart() {
+  chart.push(lastStatus ? lastStatus.generated_tokens_per_second || 0 : 0);
+  if (chart.length > 60) chart.shift();
+  if (!$("#page-status").classList.contains("active")) return;
+  const peak = Math.max(...chart);
+  const top = Math.max(1, peak);
+  const x = (i) => (600 * (i + 60 - chart.length) / 59).toFixed(1);
+  const points = chart.map((v, i) => `${x(i)},${(78 - 74 * v / top).toFixed(1)}`).join(" ");
+  $("#status-chart").innerHTML = `<polygon points="${x(0)},80 ${points} 600,80"/><polyline points="${points}"/>`;
+  $("#status-peak").textContent = peak.toFixed(1);
 }
 
 // ------------------------------------------------------------------ pages
@@ -478,7 +682,8 @@ function showPage() {
   const page = $("#page-" + name) ? name : "chat";
   for (const p of document.querySelectorAll(".page")) p.classList.toggle("active", p.id === "page-" + page);
   for (const a of document.querySelectorAll("header nav a")) a.classList.toggle("active", a.id === "tab-" + page);
-  if (page === "models") refreshModels().catch((e) => { $("#loaded-info").textContent = e.message; });
+  if (page === "models") { listAdapters(); refreshModels().catch((e) => { $("#loaded-info").textContent = e.message; }); }
+  if (page === "files" && !roots) listFiles();
 }
 
 function init() {
@@ -509,12 +714,19 @@ function init() {
   $("#continue-stop").onclick = () => continueAbort && continueAbort.abort();
   $("#models-refresh").onclick = () => refreshModels();
   $("#load-form").onsubmit = loadModel;
+  $("#load-model").onchange = limitQuantLayers;
   $("#unload-button").onclick = unloadModel;
+  $("#save-form").onsubmit = saveModel;
+  $("#files-form").onsubmit = listFiles;
+  $("#files-root").onchange = () => { $("#files-sub").value = ""; listFiles(); };
+  $("#unzip-form").onsubmit = unzipArchive;
+  $("#config-load").onclick = loadConfig;
+  $("#config-form").onsubmit = saveConfig;
   window.addEventListener("hashchange", showPage);
   showPage();
   getJSON("/api/models/info").then((s) => { renderLoaded(s); renderSettings("chat"); renderSettings("continue"); }).catch(() => {});
   followStatus();
-  setInterval(() => { if (lastStatus && $("#page-status").classList.contains("active")) renderStatus(lastStatus); }, 1000);
+  setInterval(sampleChart, 1000);
 }
 
 init();
