@@ -101,7 +101,9 @@ class ChatStream(StreamFormat):
                                    choices=choices, usage=usage if usage is not None else self.no_usage)
 
     def opening(self):
-        return [self._chunk([ChunkChoice(index=i, delta=Delta(role="assistant", content=""))])
+        # With tools the reply may be calls only: no content until some is known to be text.
+        content = msgspec.UNSET if self.readers is not None else ""
+        return [self._chunk([ChunkChoice(index=i, delta=Delta(role="assistant", content=content))])
                 for i in range(self.n)]
 
     def _delta(self, index: int, text: str, events=()) -> Delta:

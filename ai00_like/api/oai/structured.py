@@ -49,6 +49,22 @@ class _Part:
     name: str
 
 
+def closed_objects(schema):
+    """The schema with `additionalProperties: false` on every object that lists its properties
+    and does not say otherwise. JSON Schema allows any extra key by default; a model under a
+    grammar that allows them may invent keys forever. OpenAI's structured outputs give objects
+    their declared properties only, and so do we."""
+    if isinstance(schema, list):
+        return [closed_objects(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: (value if key in ("enum", "const", "default", "examples") else closed_objects(value))
+           for key, value in schema.items()}
+    if isinstance(out.get("properties"), dict) and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
 def _answer(req) -> _Part | None:
     fmt = req.response_format
     kind = fmt.type if fmt is not None else "text"
@@ -66,7 +82,7 @@ def _answer(req) -> _Part | None:
                               "response_format.json_schema.schema")
         # strict: unsupported keywords are an error; otherwise they are ignored (OpenAI's
         # non-strict mode does not promise the schema either).
-        rule = json_rule(spec.schema, lenient=not spec.strict)
+        rule = json_rule(closed_objects(spec.schema), lenient=not spec.strict)
         return _Part("response_format.json_schema.schema", f"answer: {rule}", "answer")
     if req.bnf_schema is not None:
         try:
@@ -105,7 +121,7 @@ def _calls(req, only: str | None) -> list[_Part]:
         if only is not None and fn.name != only:
             continue
         head = json.dumps(f'"name": "{fn.name}", "arguments": ')
-        rule = json_rule(fn.parameters or NO_PARAMETERS, lenient=not fn.strict)
+        rule = json_rule(closed_objects(fn.parameters or NO_PARAMETERS), lenient=not fn.strict)
         parts.append(_Part(f"tools[{i}].function.parameters",
                            f"call_{i}: CALL_OPEN {head} args_{i} {json.dumps('}' + CLOSE)}\nargs_{i}: {rule}",
                            f"call_{i}"))
