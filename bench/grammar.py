@@ -28,19 +28,17 @@ from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import numpy as np  # noqa: E402
+import numpy as np
+from engine import SHAPES  # the seeded checkpoint shapes of bench/engine.py
 
-from ai00_like.api.oai.tools import call_text, compact  # noqa: E402
-from ai00_like.rwkv.tokenizer import default_tokenizer_path, load_tokenizer  # noqa: E402
-from ai00_like.sampler import grammar as grammar_module  # noqa: E402
-from ai00_like.sampler.grammar import compile_grammar, json_rule, vocabulary  # noqa: E402
-from ai00_like.sampler.kbnf import kbnf_to_lark  # noqa: E402
+from ai00_like.api.oai.tools import call_text, compact
+from ai00_like.rwkv.tokenizer import default_tokenizer_path, load_tokenizer
+from ai00_like.sampler import grammar as grammar_module
+from ai00_like.sampler.grammar import compile_grammar, json_rule, vocabulary
+from ai00_like.sampler.kbnf import kbnf_to_lark
 
-SHAPES = {
-    "0.1B": dict(n_layer=12, n_embd=768, head_size=64, vocab=65536, lora=dict(decay=64, a=64, value=32, gate=128)),
-    "quick": dict(n_layer=4, n_embd=256, head_size=64, vocab=65536, lora=dict(decay=32, a=32, value=16, gate=64)),
-}
 VOCAB = 65536
 
 SCHEMA = {

@@ -19,13 +19,25 @@ import jsonschema
 import openai
 import pytest
 from api_helpers import SCHEMAS, ServerThread, config_for, write_model
-from openai.types.chat import ChatCompletionMessage, ChatCompletionMessageFunctionToolCall
+from openai.types.chat import (
+    ChatCompletionMessage,
+    ChatCompletionMessageFunctionToolCall,
+)
 from openai.types.chat.chat_completion_message_function_tool_call import Function
 from pydantic import BaseModel, Field
 
 from ai00_like.api.oai.tools import ToolCallReader, call_text, with_tools
-from ai00_like.api.oai.types import ChatMessage, FunctionCallIn, FunctionDef, ToolCallIn, ToolDef
+from ai00_like.api.oai.types import (
+    ChatMessage,
+    FunctionCallIn,
+    FunctionDef,
+    ToolCallIn,
+    ToolDef,
+)
 from ai00_like.api.prompt import render_chat
+from ai00_like.rwkv.tokenizer import default_tokenizer_path, load_tokenizer
+from ai00_like.sampler.grammar import compile_grammar
+from ai00_like.sampler.kbnf import kbnf_to_lark
 
 DEMO = Path(__file__).resolve().parents[1] / "assets" / "models"
 USER = [{"role": "user", "content": "Tell me about a person."}]
@@ -175,11 +187,11 @@ def test_constrained_and_free_requests_share_a_batch(client, model):
 
     schema = Person.model_json_schema()
     jobs = {
-        "person": dict(response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": schema}},
-                       n=3, temperature=1, seed=1),
-        "free": dict(temperature=0, max_tokens=30),
-        "kbnf": dict(extra_body={"bnf_schema": README_KBNF}, temperature=1, seed=2),
-        "stopped": dict(extra_body={"bnf_schema": 'start ::= "one, two, three";'}, stop=[","]),
+        "person": {"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}},
+                       "n": 3, "temperature": 1, "seed": 1},
+        "free": {"temperature": 0, "max_tokens": 30},
+        "kbnf": {"extra_body": {"bnf_schema": README_KBNF}, "temperature": 1, "seed": 2},
+        "stopped": {"extra_body": {"bnf_schema": 'start ::= "one, two, three";'}, "stop": [","]},
     }
     threads = [threading.Thread(target=run, args=(k,), kwargs=kw) for k, kw in jobs.items()]
     for t in threads:
@@ -386,3 +398,37 @@ def test_what_does_not_compile_is_a_400_before_generation(server, model, body, p
     error = raw.json()["error"]
     assert error["param"] == param, error
     assert error["message"]
+
+
+# ------------------------------------------------------------------------------ KBNF dialect
+
+
+def accepts(grammar, text: str) -> bool:
+    """Does the grammar take `text` whole, token by token, and then allow end-of-text?"""
+    constraint = grammar.start()
+    for token in WORLD.encode(text):
+        if not constraint.allowed()[token]:
+            return False
+        constraint.advance(token)
+    return bool(constraint.allowed()[0])
+
+
+WORLD = load_tokenizer(default_tokenizer_path())
+
+
+@pytest.mark.parametrize("grammar,good,bad", [
+    (README_KBNF, ['{\n\t"name": "Ada",\n\t"age": 36\n}'], ['{\n\t"city": "x"\n}', '{"name": "Ada"}']),
+    ("start ::= 'a' [\"b\"] {'c'} ;  (* optional, then repeated *)", ["a", "ab", "acc", "abccc"], ["b", "aa"]),
+    ("start ::= x+ y? ; x ::= 'x' | 'z' ; y ::= #'[0-9]{2}' ;", ["x", "zxz", "xx42"], ["", "x4", "x123"]),
+    ("start ::= '<' except!('>') '>' ;", ["<abc>", "<a b>"], ["<>", "<a>b>"]),
+    ("start ::= '<' except!(close) close ; close ::= '</b>' | '</i>' ;", ["<x</b>", "<yy</i>"], ["<a</i>b</b>"]),
+    ("start ::= #ex'\\n' ;", ["one line"], ["two\nlines"]),
+    ('start ::= "tab\\there \\"quoted\\" \\u00e9" ;', ['tab\there "quoted" é'], ["tab"]),
+])
+def test_kbnf_dialect(grammar, good, bad):
+    rules, start = kbnf_to_lark(grammar)
+    compiled = compile_grammar(f"start: {start}\n{rules}", WORLD, 65536)
+    for text in good:
+        assert accepts(compiled, text), text
+    for text in bad:
+        assert not accepts(compiled, text), text

@@ -105,7 +105,9 @@ class _Parser:
         self.i = 0
         self.names: dict[str, str] = {}
         self.strings_of: dict[str, list[str] | None] = {}  # rule → its strings, for except!(rule)
-        self.lexemes: list[str] = []  # token rules (Lark allows `&` and `~` only in those)
+        self.lexemes: list[str] = []  # extra rules: tokens (Lark allows `&` and `~` only there), up-to rules
+        self.pending: list[tuple[int, str, str]] = []  # except!(rule): (lexeme index, rule, kind), filled at the end
+        self.except_names: dict[str, int] = {}  # rule → where except! names it
 
     def where(self, pos: int) -> str:
         line = self.source.count("\n", 0, pos) + 1
@@ -163,6 +165,16 @@ class _Parser:
         for name, pos in used.items():
             if name not in defined:
                 raise GrammarError(f"{self.where(pos)}: rule '{name}' is used but never defined")
+        for rule, pos in self.except_names.items():
+            texts = self.strings_of.get(rule)
+            if not texts or not all(texts):
+                raise GrammarError(f"{self.where(pos)}: except!({rule}) needs '{rule}' to be an alternation of "
+                                   "non-empty strings")
+        for index, rule, kind in self.pending:
+            pattern = "|".join(re.escape(t) for t in self.strings_of[rule])
+            name = self.lexemes[index].split(":", 1)[0]
+            self.lexemes[index] = (f"{name}[suffix={_lark_regex(pattern)}]: /(?s:.+)/" if kind == "suffix"
+                                   else f"{name}: {_not_containing(pattern)}")
         return "\n".join(rules + self.lexemes)
 
     def lexeme(self, expression: str) -> str:
@@ -178,7 +190,7 @@ class _Parser:
         return " | ".join(parts)
 
     def sequence(self, used) -> str:
-        items = []
+        items = []  # (Lark text, what the atom was: ("string", text), ("name", name), ("except", tok), None)
         while (tok := self.peek()) is not None and tok.text not in ("|", ";", ")", "]", "}", ","):
             items.append(self.factor(used))
         if not items:
@@ -186,16 +198,46 @@ class _Parser:
             raise GrammarError(f"{where}: an empty alternative (write '\"\"' for the empty text)")
         if len(items) > 1:
             self.current_strings = None  # not a plain string any more
-        return " ".join(items)
+        out, i = [], 0
+        while i < len(items):
+            text, what = items[i]
+            if what and what[0] == "except" and i + 1 < len(items) and items[i + 1][1] == what[1]:
+                out.append(self.up_to(what[1]))  # except!(X) X: the text, then the first X
+                i += 2
+                continue
+            if what and what[0] == "except":
+                text = self.lexeme_for(what[1])
+            out.append(text)
+            i += 1
+        return " ".join(out)
 
-    def factor(self, used) -> str:
-        atom = self.atom(used)
+    def up_to(self, what) -> str:
+        """A rule for `except!(X) X`: any text up to and including the first X. A lexeme for
+        except!(X) alone would end greedily at "…</b" before the X "</b>" and fail."""
+        name = f"{self.prefix}up_to_{len(self.lexemes)}"
+        if what[0] == "string":
+            self.lexemes.append(f"{name}[suffix={_lark_string(what[1])}]: /(?s:.+)/")
+        else:
+            self.pending.append((len(self.lexemes), what[1], "suffix"))
+            self.lexemes.append(name)
+        return name
+
+    def lexeme_for(self, what) -> str:
+        if what[0] == "string":
+            return self.lexeme(_not_containing(re.escape(what[1])))
+        self.pending.append((len(self.lexemes), what[1], "lexeme"))
+        return self.lexeme("")
+
+    def factor(self, used) -> tuple[str, tuple | None]:
+        atom, what = self.atom(used)
         tok = self.peek()
         if tok is not None and tok.text in ("?", "*", "+"):
             self.take()
             self.current_strings = None
-            return f"({atom}){tok.text}"
-        return atom
+            if what and what[0] == "except":
+                atom = self.lexeme_for(what[1])
+            return f"({atom}){tok.text}", None
+        return atom, what
 
     def atom(self, used) -> str:
         tok = self.take()
@@ -203,8 +245,16 @@ class _Parser:
             text = _unescape(tok.text[1:-1], self.where(tok.pos))
             if self.current_strings is not None:
                 self.current_strings.append(text)
-            return _lark_string(text) if text else '""'
+            return (_lark_string(text) if text else '""'), ("string", text)
         self.current_strings = None
+        if tok.kind == "name":
+            used.setdefault(tok.text, tok.pos)
+            return self.rule_name(tok.text), ("name", tok.text)
+        if tok.kind == "except":
+            return "", ("except", self.excepted())
+        return self.group(tok, used), None
+
+    def group(self, tok: _Tok, used) -> str:
         if tok.kind == "regex":
             flags, body = re.fullmatch(r"#(ex|e|sx|s)?[\"'](.*)[\"']", tok.text, re.DOTALL).groups()
             pattern = _unescape(body, self.where(tok.pos))
@@ -215,11 +265,6 @@ class _Parser:
             if flags == "ex":  # complement: text that does not contain a match
                 return self.lexeme(_not_containing(pattern))
             return _lark_regex(pattern)
-        if tok.kind == "name":
-            used.setdefault(tok.text, tok.pos)
-            return self.rule_name(tok.text)
-        if tok.kind == "except":
-            return self.excepted(used)
         if tok.text == "(":
             inner = self.alternation(used)
             self.take(")")
@@ -234,21 +279,19 @@ class _Parser:
             return f"({inner})*"
         raise GrammarError(f"{self.where(tok.pos)}: unexpected {tok.text!r}")
 
-    def excepted(self, used) -> str:
+    def excepted(self) -> tuple[str, str]:
+        """except!(X): ("string", X) or ("name", rule of strings)."""
         self.take("(")
         tok = self.take()
-        if tok.kind == "string":
-            texts = [_unescape(tok.text[1:-1], self.where(tok.pos))]
-        elif tok.kind == "name":
-            texts = self.strings_of.get(tok.text)
-            if not texts:
-                raise GrammarError(f"{self.where(tok.pos)}: except!({tok.text}) needs '{tok.text}' defined before "
-                                   "it, as an alternation of plain strings")
-        else:
+        if tok.kind not in ("string", "name"):
             raise GrammarError(f"{self.where(tok.pos)}: except! takes a string or a rule of strings")
         if (nxt := self.peek()) is not None and nxt.text == ",":
             raise GrammarError(f"{self.where(nxt.pos)}: except! with a repetition limit is not supported")
         self.take(")")
-        if not all(texts):
+        if tok.kind == "name":  # the rule may come later: resolved once every rule is read
+            self.except_names.setdefault(tok.text, tok.pos)
+            return ("name", tok.text)
+        text = _unescape(tok.text[1:-1], self.where(tok.pos))
+        if not text:
             raise GrammarError(f"{self.where(tok.pos)}: except! of an empty string excludes everything")
-        return self.lexeme(_not_containing("|".join(re.escape(t) for t in texts)))
+        return ("string", text)
