@@ -18,7 +18,7 @@ from typing import Annotated
 import jsonschema
 import openai
 import pytest
-from api_helpers import SCHEMAS, ServerThread, config_for, write_model
+from api_helpers import SCHEMAS, ServerThread, config_for, payloads, write_model
 from openai.types.chat import (
     ChatCompletionMessage,
     ChatCompletionMessageFunctionToolCall,
@@ -104,6 +104,16 @@ def model(client):
     return client.models.list().data[0].id
 
 
+def stream_chunks(raw) -> list[dict]:
+    """The chunks of a chat stream (pings skipped), each checked against OpenAI's schema."""
+    events = payloads(raw.events())
+    assert events[-1] == "[DONE]", events[-3:]
+    chunks = [json.loads(e) for e in events[:-1]]
+    for chunk in chunks:
+        SCHEMAS.check("CreateChatCompletionStreamResponse", chunk)
+    return chunks
+
+
 def unconstrained(client, model) -> str:
     reply = client.chat.completions.create(model=model, messages=USER, max_tokens=40, temperature=0)
     return reply.choices[0].message.content
@@ -128,9 +138,7 @@ def test_json_object_streams_a_json_object(server, model):
     raw = server.post("/v1/chat/completions", {"model": model, "messages": USER, "stream": True, "max_tokens": 60,
                                                "response_format": {"type": "json_object"}, "temperature": 0})
     assert raw.status == 200, raw
-    chunks = raw.chunks()
-    for chunk in chunks:
-        SCHEMAS.check("CreateChatCompletionStreamResponse", chunk)
+    chunks = stream_chunks(raw)
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     finish = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
     assert text.startswith("{")
@@ -240,14 +248,15 @@ def test_response_format_on_completions(client, model):
 # ------------------------------------------------------------------------------ tools
 
 
-def check_calls(message, names=None):
-    assert message.tool_calls, message
+def check_calls(message, finish, names=None):
+    assert message.tool_calls and finish in ("tool_calls", "length"), (message, finish)
     ids = set()
-    for call in message.tool_calls:
+    for k, call in enumerate(message.tool_calls):
         assert call.type == "function" and call.id.startswith("call_") and call.id not in ids
         ids.add(call.id)
         assert names is None or call.function.name in names
-        jsonschema.validate(json.loads(call.function.arguments), TOOL_SCHEMAS[call.function.name])
+        if finish == "tool_calls" or k < len(message.tool_calls) - 1:  # cut by max_tokens: the last one is partial
+            jsonschema.validate(json.loads(call.function.arguments), TOOL_SCHEMAS[call.function.name])
 
 
 def round_trip(client, model, stream: bool):
@@ -274,7 +283,7 @@ def round_trip(client, model, stream: bool):
 
     message, finish = ask(tool_choice="required", max_tokens=300, temperature=0, parallel_tool_calls=False)
     assert finish == "tool_calls" and message.content is None
-    check_calls(message)
+    check_calls(message, finish)
     assert len(message.tool_calls) == 1
     call = message.tool_calls[0]
     messages.append({"role": "assistant", "content": None, "tool_calls": [call.model_dump()]})
@@ -294,15 +303,34 @@ def test_tool_round_trip(client, model):
 def test_named_tool_choice_and_parallel_calls(server, client, model):
     reply = client.chat.completions.create(model=model, messages=USER, tools=TOOLS, max_tokens=400, temperature=1,
                                            seed=4, tool_choice={"type": "function", "function": {"name": "get_time"}})
-    check_calls(reply.choices[0].message, {"get_time"})
+    check_calls(reply.choices[0].message, reply.choices[0].finish_reason, {"get_time"})
     raw = server.post("/v1/chat/completions", {"model": model, "messages": USER, "tools": TOOLS, "max_tokens": 400,
                                                "tool_choice": "required", "temperature": 1, "seed": 11, "n": 4})
     assert raw.status == 200, raw
-    SCHEMAS.check("CreateChatCompletionResponse", raw.json())
-    for choice in raw.json()["choices"]:
+    raw_json = raw.json()
+    SCHEMAS.check("CreateChatCompletionResponse", raw_json)
+    for choice in raw_json["choices"]:
         assert choice["finish_reason"] in ("tool_calls", "length")
-        for call in choice["message"]["tool_calls"]:
+        calls = choice["message"]["tool_calls"]
+        # Cut by max_tokens, the last call is as far as it got; every call before it is whole.
+        for call in calls if choice["finish_reason"] == "tool_calls" else calls[:-1]:
             jsonschema.validate(json.loads(call["function"]["arguments"]), TOOL_SCHEMAS[call["function"]["name"]])
+    # The same request streamed: every chunk is OpenAI's shape, and the pieces add up to the same calls.
+    raw = server.post("/v1/chat/completions", {"model": model, "messages": USER, "tools": TOOLS, "max_tokens": 400,
+                                               "tool_choice": "required", "temperature": 1, "seed": 11, "n": 4,
+                                               "stream": True})
+    assert raw.status == 200, raw
+    calls = {}
+    for chunk in stream_chunks(raw):
+        for choice in chunk["choices"]:
+            for piece in choice["delta"].get("tool_calls", ()):
+                key = (choice["index"], piece["index"])
+                if "id" in piece:
+                    calls[key] = [piece["function"]["name"], ""]
+                calls[key][1] += piece["function"].get("arguments", "")
+    whole = {(c["index"], k): [call["function"]["name"], call["function"]["arguments"]]
+             for c in raw_json["choices"] for k, call in enumerate(c["message"]["tool_calls"])}
+    assert calls == whole
 
 
 def test_auto_tool_choice_gives_text_or_valid_calls(client, model):
@@ -311,8 +339,7 @@ def test_auto_tool_choice_gives_text_or_valid_calls(client, model):
                                                temperature=1, seed=seed)
         choice = reply.choices[0]
         if choice.message.tool_calls:
-            assert choice.finish_reason in ("tool_calls", "length")
-            check_calls(choice.message)
+            check_calls(choice.message, choice.finish_reason)
         else:
             assert choice.message.content and "<tool_call>" not in choice.message.content
 
@@ -346,7 +373,7 @@ def test_tool_call_reader_streams_the_same_calls_at_any_split(size):
         else:
             pieces[event[1]] += event[2]
     assert names == ["get_weather", "get_time"] and [pieces[0], pieces[1]] == args
-    assert [c.arguments for c in reader.complete_calls] == args
+    assert [c.arguments for c in reader.calls if c.complete] == args
 
 
 def test_text_that_only_looks_like_a_call_start_is_content():

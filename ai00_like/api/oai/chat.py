@@ -75,10 +75,11 @@ async def chat_completions(request: web.Request, serving: Serving):
 
 
 def _with_calls(message: AssistantMessage, finish: str) -> tuple[AssistantMessage, str]:
-    """A reply that called tools: `tool_calls` (complete calls only), finish_reason tool_calls."""
+    """A reply that called tools: `tool_calls`, finish_reason tool_calls. Cut by max_tokens, the
+    last call's arguments are as far as they got (finish_reason length), as a stream sent them."""
     reader = ToolCallReader()
     reader.push(message.content)
-    calls = reader.complete_calls
+    calls = reader.calls
     if not calls:
         return message, finish
     tool_calls = [ToolCall(id=c.id, function=FunctionCall(c.name, c.arguments)) for c in calls]
@@ -141,7 +142,7 @@ class ChatStream(StreamFormat):
         if self.readers is not None:
             reader = self.readers[index]
             delta = self._delta(index, "", reader.finish())
-            if reader.complete_calls and reason == "stop":
+            if reader.calls and reason == "stop":
                 reason = "tool_calls"
         return self._chunk([ChunkChoice(index=index, delta=delta, finish_reason=reason)])
 

@@ -159,7 +159,3 @@ class ToolCallReader:
             text, self.buffer = self.buffer, ""
             return [("content", text)]
         return []
-
-    @property
-    def complete_calls(self) -> list[Call]:
-        return [c for c in self.calls if c.complete]
