@@ -6,7 +6,7 @@ under a grammar: computing the 65,536-token mask, applying it to the logits and 
 the matcher — walked along a real document, token by token, with the World tokenizer:
 
 * a JSON schema (response_format json_schema: nested object, enum, bounded numbers, array);
-* Ai00's README KBNF grammar (bnf_schema, translated to Lark);
+* Ai00's README example grammar (bnf_schema, translated to Lark);
 * a tool call (tool_choice auto: free text or a call with JSON arguments).
 
 Plus the one-off costs: the vocabulary index (once per tokenizer), a schema's first compile
@@ -37,7 +37,7 @@ from ai00_like.api.oai.tools import call_text, compact
 from ai00_like.rwkv.tokenizer import default_tokenizer_path, load_tokenizer
 from ai00_like.sampler import grammar as grammar_module
 from ai00_like.sampler.grammar import compile_grammar, json_rule, vocabulary
-from ai00_like.sampler.kbnf import kbnf_to_lark
+from ai00_like.sampler.kbnf import AI00_README_EXAMPLE, kbnf_to_lark
 
 VOCAB = 65536
 
@@ -58,16 +58,6 @@ SCHEMA = {
 DOCUMENT = compact({"name": "Ada Lovelace", "age": 36, "role": "admin", "score": 0.875,
                     "address": {"city": "London", "zip": "W1"}, "tags": ["math", "engines", "poetry"]})
 
-KBNF = r'''start::=json_object;
-json_object::="{\n"object_members"\n}";
-object_members::=json_member | json_member",\n"object_members;
-json_member::="\t"json_key": "json_value;
-json_key::='"' ("name" | "age" | "job") '"';
-json_value::=json_string | json_number;
-json_string::='"'content'"';
-content::=#"\\w*";
-json_number::=#"[0-9]+";
-'''
 KBNF_DOCUMENT = '{\n\t"name": "Ada",\n\t"age": 36,\n\t"job": "mathematician"\n}'
 
 TOOL_LARK = "\n".join([
@@ -138,7 +128,7 @@ def main() -> None:
         compile_grammar(schema_lark, tokenizer, VOCAB).start()
     cached_ms = (time.perf_counter() - t) * 10  # per request: cache hit plus a matcher copy
 
-    rules, start = kbnf_to_lark(KBNF)
+    rules, start = kbnf_to_lark(AI00_README_EXAMPLE)
     kbnf_grammar = compile_grammar(f"start: {start}\n{rules}", tokenizer, VOCAB)
     tool_grammar = compile_grammar(TOOL_LARK, tokenizer, VOCAB)
 

@@ -37,22 +37,11 @@ from ai00_like.api.oai.types import (
 from ai00_like.api.prompt import render_chat
 from ai00_like.rwkv.tokenizer import default_tokenizer_path, load_tokenizer
 from ai00_like.sampler.grammar import compile_grammar
-from ai00_like.sampler.kbnf import kbnf_to_lark
+from ai00_like.sampler.kbnf import AI00_README_EXAMPLE, kbnf_to_lark
 
 DEMO = Path(__file__).resolve().parents[1] / "assets" / "models"
 USER = [{"role": "user", "content": "Tell me about a person."}]
 
-# Ai00's README example grammar, verbatim in its KBNF dialect.
-README_KBNF = r'''start::=json_object;
-json_object::="{\n"object_members"\n}";
-object_members::=json_member | json_member",\n"object_members;
-json_member::="\t"json_key": "json_value;
-json_key::='"' ("name" | "age" | "job") '"';
-json_value::=json_string | json_number;
-json_string::='"'content'"';
-content::=#"\\w*";
-json_number::=#"[0-9]+";
-'''
 README_OUTPUT = re.compile(r'\{\n\t"(name|age|job)": ("\w*"|[0-9]+)(,\n\t"(name|age|job)": ("\w*"|[0-9]+))*\n\}')
 
 WEATHER = {
@@ -198,7 +187,7 @@ def test_constrained_and_free_requests_share_a_batch(client, model):
         "person": {"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}},
                        "n": 3, "temperature": 1, "seed": 1},
         "free": {"temperature": 0, "max_tokens": 30},
-        "kbnf": {"extra_body": {"bnf_schema": README_KBNF}, "temperature": 1, "seed": 2},
+        "kbnf": {"extra_body": {"bnf_schema": AI00_README_EXAMPLE}, "temperature": 1, "seed": 2},
         "stopped": {"extra_body": {"bnf_schema": 'start ::= "one, two, three";'}, "stop": [","]},
     }
     threads = [threading.Thread(target=run, args=(k,), kwargs=kw) for k, kw in jobs.items()]
@@ -221,11 +210,11 @@ def test_constrained_and_free_requests_share_a_batch(client, model):
 
 def test_ai00_readme_grammar_on_chat_and_completions(client, model):
     chat = client.chat.completions.create(model=model, messages=USER, max_tokens=300, temperature=0,
-                                          extra_body={"bnf_schema": README_KBNF})
+                                          extra_body={"bnf_schema": AI00_README_EXAMPLE})
     assert chat.choices[0].finish_reason == "stop"
     assert README_OUTPUT.fullmatch(chat.choices[0].message.content), chat.choices[0].message.content
     text = client.completions.create(model=model, prompt="A record:", max_tokens=300, temperature=0,
-                                     extra_body={"bnf_schema": README_KBNF})
+                                     extra_body={"bnf_schema": AI00_README_EXAMPLE})
     assert text.choices[0].finish_reason == "stop"
     assert README_OUTPUT.fullmatch(text.choices[0].text), text.choices[0].text
 
@@ -444,7 +433,7 @@ WORLD = load_tokenizer(default_tokenizer_path())
 
 
 @pytest.mark.parametrize("grammar,good,bad", [
-    (README_KBNF, ['{\n\t"name": "Ada",\n\t"age": 36\n}'], ['{\n\t"city": "x"\n}', '{"name": "Ada"}']),
+    (AI00_README_EXAMPLE, ['{\n\t"name": "Ada",\n\t"age": 36\n}'], ['{\n\t"city": "x"\n}', '{"name": "Ada"}']),
     ("start ::= 'a' [\"b\"] {'c'} ;  (* optional, then repeated *)", ["a", "ab", "acc", "abccc"], ["b", "aa"]),
     ("start ::= x+ y? ; x ::= 'x' | 'z' ; y ::= #'[0-9]{2}' ;", ["x", "zxz", "xx42"], ["", "x4", "x123"]),
     ("start ::= '<' except!('>') '>' ;", ["<abc>", "<a b>"], ["<>", "<a>b>"]),

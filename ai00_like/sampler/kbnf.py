@@ -27,6 +27,19 @@ from dataclasses import dataclass
 
 from .grammar import GrammarError
 
+# Ai00's README example grammar in its own dialect, what `bnf_schema` must accept: the rules
+# ai00-reference §5.8 quotes (start, json_object, content) as written there, the rest in its style.
+AI00_README_EXAMPLE = r'''start::=json_object;
+json_object::="{\n"object_members"\n}";
+object_members::=json_member | json_member",\n"object_members;
+json_member::="\t"json_key": "json_value;
+json_key::='"' ("name" | "age" | "job") '"';
+json_value::=json_string | json_number;
+json_string::='"'content'"';
+content::=#"\\w*";
+json_number::=#"[0-9]+";
+'''
+
 _TOKEN = re.compile(
     r"""
     (?P<ws>\s+|\(\*.*?\*\))
