@@ -95,7 +95,7 @@ def json_rule(schema: dict, *, lenient: bool = False) -> str:
 def compile_grammar(lark: str, tokenizer, vocab: int) -> Grammar:
     """Compile (or find in the cache) a Lark grammar; GrammarError says what is wrong."""
     index = vocabulary(tokenizer, vocab)
-    key = (id(index), lark)
+    key = (index, lark)  # the index itself (hashed by identity), so its id cannot be reused while cached
     with _lock:
         hit = _compiled.get(key)
         if hit is not None:
@@ -129,11 +129,6 @@ class GrammarConstraint:
         self._bits = np.zeros((vocab + 31) // 32, dtype=np.int32)
         self._only_eos = np.zeros(vocab, dtype=bool)
         self._only_eos[EOS] = True
-
-    @property
-    def finished(self) -> bool:
-        """Nothing but end-of-text can follow (the grammar is complete, or broken)."""
-        return self.matcher.is_stopped() or self.matcher.is_error()
 
     def allowed(self) -> np.ndarray:
         """bool [vocab]: the tokens the grammar allows next (end-of-text once it may end)."""
