@@ -448,3 +448,17 @@ def test_kbnf_dialect(grammar, good, bad):
         assert accepts(compiled, text), text
     for text in bad:
         assert not accepts(compiled, text), text
+
+
+def test_a_grammar_wins_over_logit_bias(server, client, model):
+    """Bias cannot push a token the grammar forbids; banning all it allows ends the reply."""
+    tokenizer = server.serving.model.tokenizer
+    grammar = 'start ::= "y" | "n" ;'
+    [maybe] = tokenizer.encode("m")
+    reply = client.completions.create(model=model, prompt="Answer:", max_tokens=10, extra_body={"bnf_schema": grammar},
+                                      logit_bias={str(maybe): 100})
+    assert reply.choices[0].text in ("y", "n")
+    banned = {str(tokenizer.encode(letter)[0]): -100 for letter in "yn"}
+    reply = client.completions.create(model=model, prompt="Answer:", max_tokens=10, extra_body={"bnf_schema": grammar},
+                                      logit_bias=banned)
+    assert reply.choices[0].text == "" and reply.choices[0].finish_reason == "stop"

@@ -90,6 +90,10 @@ class RequestSampler:
             np.copyto(out, -np.inf, where=~self.constraint.allowed())
         if self._bias_ids.size:
             out[self._bias_ids] += self._bias_values
+            if self.constraint is not None and out.max() == -np.inf:
+                # logit_bias banned every token the grammar allows: end the reply rather than
+                # let the sampler's fallback pick a token outside the grammar.
+                out[0] = 0.0
 
     def next_uniform(self) -> float:
         self.steps += 1
