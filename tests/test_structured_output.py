@@ -333,6 +333,20 @@ def test_auto_tool_choice_gives_text_or_valid_calls(client, model):
             assert choice.message.content and "<tool_call>" not in choice.message.content
 
 
+def test_auto_tool_choice_with_a_response_format(client, model):
+    """tool_choice auto and a JSON schema: either calls, or an answer in the schema."""
+    schema = {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}}, "required": ["answer"]}
+    for seed in range(6):
+        reply = client.chat.completions.create(
+            model=model, messages=USER, tools=TOOLS, max_tokens=200, temperature=1, seed=seed,
+            response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}})
+        choice = reply.choices[0]
+        if choice.message.tool_calls:
+            check_calls(choice.message, choice.finish_reason)
+        else:
+            jsonschema.validate(json.loads(choice.message.content), schema)
+
+
 def test_tools_and_results_render_into_the_prompt():
     tools = [ToolDef(FunctionDef("get_weather", "Weather in a city", WEATHER))]
     messages = [

@@ -4,12 +4,13 @@ The grammar is compiled (or found in the cache) before anything is sent to the b
 a schema, grammar or tool definition that does not compile is a 400 that names it, and the
 backend only ever sees grammars that work. Composition, for chat::
 
-    start: body | " " body           (the chat prompt ends in "Assistant:"; RWKV answers " …")
-    body:  answer                    (response_format json_object / json_schema, bnf_schema)
+    start: answer | " " answer       (response_format json_object / json_schema, bnf_schema; the
+                                     chat prompt ends in "Assistant:" and RWKV answers " …")
          | calls                     (tool_choice required, or a named function)
-         | calls | answer-or-text    (tool_choice auto)
+         | calls | answer | " " answer   (tool_choice auto with a response format)
+         | calls | FREE_TEXT         (tool_choice auto: any text that is not a call)
     calls: call ("\\n" call)*         (one call only with parallel_tool_calls false)
-    call:  <tool_call>{"name": "f", "arguments": <f's parameters schema>}</tool_call>  | …
+    call:  " "?<tool_call>{"name": "f", "arguments": <f's parameters schema>}</tool_call> | …
 
 Completions get the answer alone, with no leading space and no tools.
 """
