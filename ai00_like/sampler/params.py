@@ -16,7 +16,7 @@ ValueError) and appends the JSON path, e.g. ``"top_p: must be in [0, 1], got 1.5
 from __future__ import annotations
 
 import math
-from typing import Union
+from typing import Any, Union
 
 import msgspec
 
@@ -142,6 +142,7 @@ class SamplingOptions(msgspec.Struct, frozen=True):
     * `seed`: makes the request reproducible, whatever else shares its batch.
     * `logprobs` / `top_logprobs` (0-20): report the chosen token's log-probability and the
       `top_logprobs` most likely alternatives.
+    * `grammar`: a compiled `grammar.Grammar` the output must follow, or None.
     """
 
     sampler: SamplerParams = msgspec.field(default_factory=Nucleus)
@@ -149,6 +150,7 @@ class SamplingOptions(msgspec.Struct, frozen=True):
     seed: int | None = None
     top_logprobs: int = 0
     logprobs: bool = False
+    grammar: Any = None
 
     def __post_init__(self) -> None:
         for token, bias in self.logit_bias.items():

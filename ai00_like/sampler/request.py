@@ -43,6 +43,9 @@ class RequestSampler:
         self.vocab_size = vocab_size
         self.choice_index = choice_index
         self.allowed: np.ndarray | None = None
+        # The grammar the output must follow (response_format, bnf_schema, tools): its mask
+        # joins `allowed` each step, and each recorded token advances it.
+        self.constraint = options.grammar.start() if options.grammar is not None else None
         self.steps = 0
 
         params = self.params
@@ -83,8 +86,14 @@ class RequestSampler:
             if self.allowed.shape != (self.vocab_size,):
                 raise ValueError(f"allowed mask has shape {self.allowed.shape}, expected ({self.vocab_size},)")
             np.copyto(out, -np.inf, where=~self.allowed)
+        if self.constraint is not None:
+            np.copyto(out, -np.inf, where=~self.constraint.allowed())
         if self._bias_ids.size:
             out[self._bias_ids] += self._bias_values
+            if self.constraint is not None and out.max() == -np.inf:
+                # logit_bias banned every token the grammar allows: end the reply rather than
+                # let the sampler's fallback pick a token outside the grammar.
+                out[0] = 0.0
 
     def next_uniform(self) -> float:
         self.steps += 1
@@ -104,6 +113,8 @@ class RequestSampler:
         """A token joined the text (sampled, or forced by the caller): update penalties."""
         if self.penalties is not None:
             self.penalties.accept(int(token))
+        if self.constraint is not None:
+            self.constraint.advance(int(token))
 
     def clone(self, index: int) -> "RequestSampler":
         """A copy for choice `index` of an n > 1 request.
@@ -119,6 +130,8 @@ class RequestSampler:
             twin.penalties = self.penalties.copy()
         if self.allowed is not None:
             twin.allowed = self.allowed.copy()
+        if self.constraint is not None:
+            twin.constraint = self.constraint.clone()
         if index == self.choice_index:
             twin._rng = copy.deepcopy(self._rng)
         else:

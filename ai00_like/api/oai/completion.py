@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import codecs
 
+import msgspec
 from aiohttp import web
 
 from ...messages import Failed, ScorePrompt, TextPiece
@@ -22,6 +23,7 @@ from .generation import (
     stop_strings, stream, token_text,
 )
 from .state import requested_state
+from .structured import structured_output
 from .types import Completion, CompletionChoice, CompletionRequest, LegacyLogprobs, Usage
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for this route
@@ -83,6 +85,8 @@ async def completions(request: web.Request, serving: Serving):
     options = sampling_options(req, logprobs=req.logprobs, top_logprobs=None)
     stop = stop_strings(req, ())
     model = serving.require_model(req.model)
+    structure = await structured_output(req, model, chat=False)
+    options = msgspec.structs.replace(options, grammar=structure.grammar)
     state = requested_state(req.state, model)
     check_logit_bias(options, model.info.vocab)
     ident, created, fp = new_id("cmpl"), now(), fingerprint(model)

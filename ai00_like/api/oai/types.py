@@ -32,10 +32,25 @@ class ContentPart(msgspec.Struct):
     text: str | None = None
 
 
+class FunctionCallIn(msgspec.Struct):
+    name: str
+    arguments: str | dict[str, Any] = ""
+
+
+class ToolCallIn(msgspec.Struct):
+    """A call an earlier assistant turn made, as clients send it back."""
+
+    function: FunctionCallIn
+    id: str | None = None
+    type: str = "function"
+
+
 class ChatMessage(msgspec.Struct):
     role: str
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    tool_call_id: str | None = None
 
 
 class ChatTemplate(msgspec.Struct):
@@ -62,8 +77,37 @@ class StreamOptions(msgspec.Struct):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(msgspec.Struct):
+    name: str | None = None
+    description: str | None = None
+    schema: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
 class ResponseFormat(msgspec.Struct):
     type: str
+    json_schema: JsonSchemaFormat | None = None
+
+
+class FunctionDef(msgspec.Struct):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolDef(msgspec.Struct):
+    function: FunctionDef
+    type: str = "function"
+
+
+class NamedFunction(msgspec.Struct):
+    name: str
+
+
+class NamedToolChoice(msgspec.Struct):
+    function: NamedFunction
+    type: str = "function"
 
 
 class SamplingFields(msgspec.Struct, kw_only=True):
@@ -88,6 +132,8 @@ class SamplingFields(msgspec.Struct, kw_only=True):
     sampler_override: SamplerParams | None = None
     state: str | StateRef | None = None  # Ai00: initial state, by id or name
     user: str | None = None
+    response_format: ResponseFormat | None = None
+    bnf_schema: str | None = None  # Ai00: a KBNF grammar the output must follow
 
 
 class ChatCompletionRequest(SamplingFields, kw_only=True):
@@ -97,9 +143,9 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     top_logprobs: TopLogprobs | None = None
     names: dict[str, str] | None = None
     template: ChatTemplate | None = None
-    response_format: ResponseFormat | None = None
-    tools: list[Any] | None = None
-    tool_choice: Any = None
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
 
 
 class CompletionRequest(SamplingFields, kw_only=True):
@@ -169,10 +215,34 @@ class ChoiceLogprobs(msgspec.Struct):
     refusal: list[TokenLogprob] | None = None
 
 
+class FunctionCall(msgspec.Struct):
+    name: str
+    arguments: str
+
+
+class ToolCall(msgspec.Struct, kw_only=True):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class FunctionCallDelta(msgspec.Struct):
+    name: str | UnsetType = UNSET
+    arguments: str | UnsetType = UNSET
+
+
+class ToolCallDelta(msgspec.Struct, kw_only=True):
+    index: int
+    id: str | UnsetType = UNSET
+    type: Literal["function"] | UnsetType = UNSET
+    function: FunctionCallDelta
+
+
 class AssistantMessage(msgspec.Struct, kw_only=True):
     role: Literal["assistant"] = "assistant"
     content: str | None
     refusal: str | None = None
+    tool_calls: list[ToolCall] | UnsetType = UNSET
 
 
 class ChatChoice(msgspec.Struct):
@@ -195,6 +265,7 @@ class ChatCompletion(msgspec.Struct, kw_only=True):
 class Delta(msgspec.Struct):
     role: Literal["assistant"] | UnsetType = UNSET
     content: str | UnsetType = UNSET
+    tool_calls: list[ToolCallDelta] | UnsetType = UNSET
 
 
 class ChunkChoice(msgspec.Struct):
