@@ -132,7 +132,7 @@ class RawResponse:
 
     def chunks(self) -> list[dict]:
         """The JSON payloads of a stream that ended with [DONE] (asserted)."""
-        events = self.events()
+        events = payloads(self.events())  # pings may come anywhere when the machine is busy
         assert events and events[-1] == "[DONE]", events[-3:]
         return [json.loads(e) for e in events[:-1]]
 
