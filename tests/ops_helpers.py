@@ -3,6 +3,7 @@ its memory (RSS), signals and exit status. Plus small clients for streams and me
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -12,8 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-
-import http.client
+from typing import Self
 
 import psutil
 
@@ -32,7 +32,7 @@ class ServerProcess:
         self.proc: subprocess.Popen | None = None
         self.port = 0
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> Self:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ai00_like", "--config", str(self.path), "--port", "0",

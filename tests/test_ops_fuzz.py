@@ -41,7 +41,7 @@ def test_fuzzing_every_route_finds_no_server_error_and_no_hang(tmp_path):
              "--checks", "not_a_server_error", "--max-examples", str(MAX_EXAMPLES),
              "--request-timeout", "30", "--phases", "examples,coverage,fuzzing", "--workers", "2",
              "--exclude-path-regex", EXCLUDED, "--seed", "20261122", "--no-color"],
-            capture_output=True, text=True, timeout=900, cwd=tmp_path)
+            capture_output=True, text=True, timeout=900, cwd=tmp_path, check=False)
         assert server.get("/health").status == 200  # still serving the same model
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-5000:]

@@ -27,12 +27,10 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from ..messages import (
     BackendCounters,
     Finished,
-    GetInfo,
     ModelInfoEvent,
     Started,
     TextPiece,
 )
-from .channel import EventChannel
 from .logs import current_request_stats
 
 PREFIX = "rwkv:"
@@ -217,18 +215,11 @@ class RequestObserver:
 # ------------------------------------------------------------------------------ routes
 
 
-async def snapshot(serving) -> ModelInfoEvent | None:
-    if serving.model is None:
-        return None
-    channel = EventChannel()
-    serving.middleware.send(GetInfo(channel.reply()))
-    event = await channel.first()
-    return event if isinstance(event, ModelInfoEvent) else None
-
-
 async def metrics_route(request: web.Request, serving) -> web.Response:
+    from .ai00.models import live_info  # here: serving.py imports this module
+
     load = serving.loads
-    body = await serving.metrics.exposition(await snapshot(serving), load)
+    body = await serving.metrics.exposition(await live_info(serving), load)
     # prometheus_client's content type carries its own charset parameter.
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
