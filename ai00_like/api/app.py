@@ -212,7 +212,7 @@ class RunningServer:
             await site.stop()
         cancelled = await self.serving.drain(grace)
         if cancelled:
-            log.info("ended %d generations still running after the %.1f s grace period", cancelled, grace)
+            log.info("ended %d generations still running at the end of the grace period (%.1f s at most)", cancelled, grace)
         await self.runner.cleanup()
 
 
@@ -268,9 +268,15 @@ def serve_forever(config: Config, *, ip: str | None = None, port: int | None = N
                                 f"{e.strerror or e}") from None
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+
+        def on_signal() -> None:
+            if stop.is_set():  # a second signal: do not wait out the grace period
+                server.serving.hurry.set()
+            stop.set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
-                loop.add_signal_handler(sig, stop.set)
+                loop.add_signal_handler(sig, on_signal)
             except (NotImplementedError, RuntimeError):
                 pass
         try:

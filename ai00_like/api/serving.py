@@ -44,6 +44,7 @@ class Serving:
         self.active_runs: set = set()
         self._no_runs = asyncio.Event()
         self._no_runs.set()
+        self.hurry = asyncio.Event()  # set by a second signal: end the grace period now
 
     # ------------------------------------------------------------------ the model
 
@@ -93,11 +94,12 @@ class Serving:
         """Wait up to `grace` seconds for the generations under way, then cancel the rest:
         they end as if they had stopped (streams still send their finish and [DONE]).
         Returns how many had to be cancelled."""
-        try:
-            await asyncio.wait_for(self._no_runs.wait(), grace)
+        waits = [asyncio.ensure_future(self._no_runs.wait()), asyncio.ensure_future(self.hurry.wait())]
+        await asyncio.wait(waits, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
+        for w in waits:
+            w.cancel()
+        if not self.active_runs:
             return 0
-        except TimeoutError:
-            pass
         left = list(self.active_runs)
         for run in left:
             run.cancel.set()
