@@ -223,6 +223,10 @@ def test_sigterm_under_load_ends_every_stream_cleanly_and_exits_0(model_dir, gra
             assert finish in (["stop"], ["length"]), events[-3:]
         log = "".join(server.lines)
         assert "shutting down" in log and "stopped" in log
+        access = [json.loads(line.split("ai00_like.access: ", 1)[1]) for line in server.lines
+                  if "ai00_like.access: " in line]
+        streamed = [a for a in access if a["route"] == "/v1/chat/completions"]
+        assert len(streamed) == 6 and all(a["status"] == 200 and a["completion_tokens"] >= 0 for a in streamed)
         if max_tokens > 1000:
             assert "generations still running" in log
         else:
