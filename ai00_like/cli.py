@@ -52,6 +52,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="config file (default: ./config.toml, or built-in defaults when there is none)")
     p.add_argument("-i", "--ip", default=None, help="address to listen on (default: [listen] ip, 127.0.0.1)")
     p.add_argument("-p", "--port", type=int, default=None, help="port to listen on (default: [listen] port, 65530)")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",
+                   help="least severe log messages shown; request logs are JSON lines at info (default: info)")
 
 
 def add_serve(subparsers) -> None:
@@ -68,12 +70,11 @@ def add_serve(subparsers) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import logging
-
     from .api.app import ApiStartError, serve_forever
+    from .api.logs import configure_logging
     from .config import ConfigError, load_config
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level)
     if args.port is not None and not 0 <= args.port <= 65535:
         print(f"{PROG}: error: --port: must be in 0..65535, got {args.port}", file=sys.stderr)
         return EXIT_USER_ERROR

@@ -73,6 +73,12 @@ class ListenSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     admin_key: str = ""
     max_body_bytes: Positive = 4 << 20
     ping_interval: Annotated[float, msgspec.Meta(gt=0)] = 1.0
+    # Operations (api/auth.py, api/app.py): see config.toml for what each key does.
+    cors_origins: list[str] = msgspec.field(default_factory=lambda: ["*"])
+    max_prompt_tokens: NonNegative = 0
+    tls_cert: str = ""
+    tls_key: str = ""
+    shutdown_grace: Annotated[float, msgspec.Meta(ge=0)] = 10.0
 
 
 class WebSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -130,6 +136,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             checkpoint_interval=self.model.checkpoint_interval,
             name=self.model.served_name,
             models_dir=str(self.model_dir),
+            max_prompt_tokens=self.listen.max_prompt_tokens,
         )
 
 
@@ -214,6 +221,8 @@ def _check(config: Config) -> None:
     name = config.model.name
     if name and (Path(name).is_absolute() or ".." in Path(name).parts):
         raise ConfigError(f"{source}: model.name: must be a file inside [model] path, got {name!r}")
+    if bool(config.listen.tls_cert) != bool(config.listen.tls_key):
+        raise ConfigError(f"{source}: listen.tls_cert and listen.tls_key: set both (TLS) or neither")
 
 
 def load_config(path: str | Path | None) -> Config:

@@ -67,6 +67,7 @@ class ModelSpec(msgspec.Struct, frozen=True):
     checkpoint_interval: int = 256  # tokens between cache checkpoints of a long prompt
     name: str = ""  # the model id clients see; default: the file's stem
     models_dir: str = ""  # where per-request `.state` files may come from; default: the model's folder
+    max_prompt_tokens: int = 0  # longer prompts are refused (kind "too_long"); 0: no limit
 
 
 class Load(msgspec.Struct, frozen=True):
@@ -199,7 +200,7 @@ class Failed(msgspec.Struct, frozen=True):
     """A request could not be served. `kind` tells the HTTP tier which status to use."""
 
     message: str
-    kind: Literal["no_model", "unloaded", "bad_request", "load_failed", "internal"] = "internal"
+    kind: Literal["no_model", "unloaded", "bad_request", "too_long", "load_failed", "internal"] = "internal"
     index: int = 0
 
 

@@ -104,6 +104,10 @@ class _Swap(msgspec.Struct, frozen=True):
     load: Load
 
 
+class PromptTooLong(ValueError):
+    kind = "too_long"  # → 400 context_length_exceeded, as OpenAI answers
+
+
 class _LoadFailed(msgspec.Struct, frozen=True):
     error: str
     load: Load
@@ -156,7 +160,7 @@ class Middleware:
                 try:
                     token_lists = tuple(self._encode(self.current, t) for t in message.texts)
                 except ValueError as exc:
-                    message.reply(Failed(str(exc), "bad_request"))
+                    message.reply(Failed(str(exc), getattr(exc, "kind", "bad_request")))
                 else:
                     self.current.backend.submit(EmbedJob(token_lists, message.reply))
         elif isinstance(message, (Choose, ReadState, ScorePrompt)):
@@ -233,6 +237,10 @@ class Middleware:
     def _encode(self, current, text: str) -> tuple[int, ...]:
         """Token ids of `text` (end-of-text for an empty one), checked against the model's vocabulary."""
         tokens = tuple(current.tokenizer.encode(text)) or (0,)
+        limit = current.spec.max_prompt_tokens
+        if limit and len(tokens) > limit:
+            raise PromptTooLong(f"The input is {len(tokens)} tokens long; this server accepts at most {limit} "
+                                "([listen] max_prompt_tokens).")
         if max(tokens) >= current.model.info.vocab:
             raise ValueError(f"token id {max(tokens)} is outside the model's vocabulary of "
                              f"{current.model.info.vocab}: the tokenizer does not belong to this model")
@@ -246,7 +254,7 @@ class Middleware:
         try:
             return (self.current, *self.current.initial_state(request.state))
         except (LookupError, ValueError) as exc:
-            request.reply(Failed(str(exc), "bad_request"))
+            request.reply(Failed(str(exc), getattr(exc, "kind", "bad_request")))
             return None
 
     def _with_initial_state(self, request) -> None:
@@ -257,7 +265,7 @@ class Middleware:
             prompt = self._encode(current, request.prompt)
             choices = tuple(self._encode(current, c) if c else () for c in getattr(request, "choices", ()))
         except ValueError as exc:
-            request.reply(Failed(str(exc), "bad_request"))
+            request.reply(Failed(str(exc), getattr(exc, "kind", "bad_request")))
             return
         if isinstance(request, Choose):
             current.backend.submit(ChooseJob(prompt, choices, request.calibrate, request.reply, partition, initial))
@@ -277,7 +285,7 @@ class Middleware:
             model_tokens = current.tokenizer.encode(request.model_text) if request.model_text else []
             first = RequestSampler(request.options, current.model.info.vocab, model_tokens)
         except ValueError as exc:  # SamplerError among them
-            request.reply(Failed(str(exc), "bad_request"))
+            request.reply(Failed(str(exc), getattr(exc, "kind", "bad_request")))
             return
         samplers = (first,) + tuple(first.clone(i) for i in range(1, request.n))
         current.backend.submit(GenerateJob(

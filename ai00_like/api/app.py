@@ -8,10 +8,10 @@ sends one message to the middleware and turns the events it gets back into a res
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import shutil
 import signal
+import ssl
 import tempfile
 import zipfile
 from collections.abc import Awaitable, Callable
@@ -23,11 +23,11 @@ from aiohttp import web
 
 from ..config import Config
 from ..middleware import Middleware
+from . import auth, files, logs, metrics
 from .ai00 import admin
 from .ai00 import models as ai00_models
 from .ai00 import types as ai00
-from . import files
-from .errors import ApiError, error_middleware
+from .errors import error_middleware
 from .oai import chat, choose, completion, embedding, models, state
 from .oai import types as oai
 from .openapi import OPENAPI_PATH, Route, openapi_document
@@ -86,11 +86,17 @@ AI00_ROUTES = [
           body=files.ConfigSaveRequest, returns=files.ConfigFile),
 ]
 
+# Operations: Prometheus metrics and the health probe (api/metrics.py).
+OPS_ROUTES = [
+    Route("GET", "/metrics", metrics.metrics_route, "Prometheus metrics (vLLM's names under `rwkv:`)"),
+    Route("GET", "/health", metrics.health_route, "200 when a model is ready, 503 while loading or with none"),
+]
+
 
 def all_routes() -> list[tuple[str, Route]]:
     """(full path, route) for every route the server answers."""
     return [(prefix + r.path, r) for prefix in OPENAI_PREFIXES for r in OPENAI_ROUTES] + \
-        [(r.path, r) for r in AI00_ROUTES]
+        [(r.path, r) for r in AI00_ROUTES + OPS_ROUTES]
 
 
 _json_encode = msgspec.json.Encoder().encode
@@ -116,49 +122,6 @@ def add_routes(app: web.Application) -> None:
         return web.Response(body=document, content_type="application/json")
 
     app.router.add_get(OPENAPI_PATH, openapi_json)
-
-
-# ------------------------------------------------------------------------------ middlewares
-
-
-def same_secret(given: str, expected: str) -> bool:
-    # Bytes, because compare_digest refuses non-ASCII str (a header may carry anything).
-    return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), expected.encode("utf-8"))
-
-
-@web.middleware
-async def api_key_middleware(request: web.Request, handler):
-    serving = request.app[SERVING]
-    if request.path.startswith("/admin/"):
-        refusal = admin.admin_refusal(request, serving)
-        if refusal is not None:
-            raise refusal
-        return await handler(request)
-    keys = serving.config.listen.api_keys
-    if keys and request.method != "OPTIONS" and request.path.startswith(("/v1/", "/api/")):
-        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        given = given.strip()
-        if scheme.lower() != "bearer" or not any(same_secret(given, k) for k in keys):
-            raise ApiError(401, "Missing or invalid API key: send 'Authorization: Bearer <key>' with a key from "
-                           "[listen] api_keys", code="invalid_api_key")
-    return await handler(request)
-
-
-@web.middleware
-async def cors_preflight_middleware(request: web.Request, handler):
-    # Browsers (Open WebUI "direct connections", web pages) ask before cross-origin POSTs.
-    if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
-        return web.Response(status=204, headers={
-            "Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
-            "Access-Control-Allow-Headers": request.headers.get("Access-Control-Request-Headers", "*"),
-            "Access-Control-Max-Age": "86400",
-        })
-    return await handler(request)
-
-
-async def _allow_any_origin(request: web.Request, response: web.StreamResponse) -> None:
-    # Ai00 allows any origin too; the API keys, not the browser's origin, guard the API.
-    response.headers.setdefault("Access-Control-Allow-Origin", "*")
 
 
 # ------------------------------------------------------------------------------ the web page
@@ -195,6 +158,7 @@ def add_web_page(app: web.Application, root: Path) -> None:
         return web.FileResponse(wanted)
 
     app.router.add_get("/{tail:.*}", page)
+    app[auth.WEB_PAGE] = page  # open without a key
 
 
 # ------------------------------------------------------------------------------ the application
@@ -202,12 +166,17 @@ def add_web_page(app: web.Application, root: Path) -> None:
 
 def make_app(config: Config, middleware: Middleware) -> web.Application:
     app = web.Application(
-        middlewares=[error_middleware, cors_preflight_middleware, api_key_middleware],
+        middlewares=[logs.request_log_middleware, error_middleware, auth.access_middleware(SERVING)],
         client_max_size=config.listen.max_body_bytes,
     )
     app[SERVING] = Serving(config, middleware)
     add_routes(app)
-    app.on_response_prepare.append(_allow_any_origin)
+
+    async def response_headers(request: web.Request, response: web.StreamResponse) -> None:
+        auth.cors_headers(request, response, config.listen.cors_origins)
+        await logs.add_request_id(request, response)
+
+    app.on_response_prepare.append(response_headers)
     workdirs: list[Path] = []
     root = _web_root(config, workdirs)
     if root is not None:
@@ -228,35 +197,61 @@ class RunningServer:
     host: str
     port: int
     load_task: asyncio.Task | None
+    scheme: str = "http"
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{self.scheme}://{host}:{self.port}"
 
-    async def stop(self) -> None:
+    async def stop(self, grace: float = 0.0) -> None:
+        """Stop accepting connections, give running generations `grace` seconds to finish,
+        end the rest cleanly (finish_reason and [DONE]), then close every connection."""
         if self.load_task is not None and not self.load_task.done():
             self.load_task.cancel()
+        self.serving.draining = True
+        for site in list(self.runner.sites):
+            await site.stop()
+        cancelled = await self.serving.drain(grace)
+        if cancelled:
+            log.info("ended %d generations still running at the end of the grace period (%.1f s at most)", cancelled, grace)
         await self.runner.cleanup()
 
 
 async def start_server(config: Config, middleware: Middleware, *, ip: str | None = None,
                        port: int | None = None) -> RunningServer:
     """Listen at once, then load the configured model in the background."""
+    tls = tls_context(config)
     app = make_app(config, middleware)
     # handler_cancellation: a client that disconnects cancels its handler, which cancels
     # its generation (the handlers set Cancel in their `finally`).
-    runner = web.AppRunner(app, handler_cancellation=True, access_log_format='%a "%r" %s %b %Tfs')
+    # shutdown_timeout: what is left after stop()'s grace period (status streams) is cut short.
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     host = ip if ip is not None else config.listen.ip
-    site = web.TCPSite(runner, host, config.listen.port if port is None else port)
+    site = web.TCPSite(runner, host, config.listen.port if port is None else port, ssl_context=tls)
     await site.start()
     bound = site._server.sockets[0].getsockname()[1] if site._server and site._server.sockets else port
     serving = app[SERVING]
     serving.listen_host = host
-    log.info("listening on http://%s:%s (OpenAI base URL: http://%s:%s/v1)", host, bound, host, bound)
+    scheme = "https" if tls else "http"
+    log.info("listening on %s://%s:%s (OpenAI base URL: %s://%s:%s/v1)", scheme, host, bound, scheme, host, bound)
     load_task = serving.start_configured_load()
-    return RunningServer(runner, serving, host, bound, load_task)
+    return RunningServer(runner, serving, host, bound, load_task, scheme)
+
+
+def tls_context(config: Config) -> ssl.SSLContext | None:
+    """HTTPS from [listen] tls_cert and tls_key (PEM files), or None for plain HTTP."""
+    listen = config.listen
+    if not listen.tls_cert:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(config.resolve(listen.tls_cert), config.resolve(listen.tls_key))
+    except (OSError, ssl.SSLError) as e:
+        raise ApiStartError(f"{config.source}: listen.tls_cert/tls_key: cannot use {listen.tls_cert} and "
+                            f"{listen.tls_key}: {getattr(e, 'strerror', None) or e}") from None
+    return context
 
 
 def serve_forever(config: Config, *, ip: str | None = None, port: int | None = None) -> None:
@@ -266,23 +261,34 @@ def serve_forever(config: Config, *, ip: str | None = None, port: int | None = N
         middleware = Middleware()
         try:
             server = await start_server(config, middleware, ip=ip, port=port)
+        except ApiStartError:
+            middleware.close()
+            raise
         except OSError as e:
             middleware.close()
             raise ApiStartError(f"cannot listen on {ip or config.listen.ip}:{port or config.listen.port}: "
                                 f"{e.strerror or e}") from None
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+
+        def on_signal() -> None:
+            if stop.is_set():  # a second signal: do not wait out the grace period
+                server.serving.hurry.set()
+            stop.set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
-                loop.add_signal_handler(sig, stop.set)
+                loop.add_signal_handler(sig, on_signal)
             except (NotImplementedError, RuntimeError):
                 pass
         try:
             await stop.wait()
         finally:
-            log.info("shutting down")
-            await server.stop()
+            grace = config.listen.shutdown_grace
+            log.info("shutting down: no new connections; running requests get %.1f s to finish", grace)
+            await server.stop(grace)
             await asyncio.to_thread(middleware.close)
+            log.info("stopped")
 
     asyncio.run(main())
 

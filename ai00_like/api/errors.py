@@ -93,6 +93,8 @@ def from_failed(failed: Failed, param: str | None = None) -> ApiError:
     bad_request most likely concerns (the middleware checks only what we cannot)."""
     if failed.kind in ("no_model", "unloaded"):
         return ApiError(503, failed.message, code="model_not_loaded", headers={"Retry-After": "1"})
+    if failed.kind == "too_long":
+        return bad_request(failed.message, param, code="context_length_exceeded")
     if failed.kind == "bad_request":
         return bad_request(failed.message, param)
     return ApiError(500, failed.message, code=None)

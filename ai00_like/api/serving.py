@@ -19,6 +19,7 @@ from ..messages import Failed, Load, Loaded, ModelInfoEvent, ModelSpec, Unload
 from ..middleware import Middleware
 from .channel import EventChannel
 from .errors import ApiError, model_not_found
+from .metrics import Metrics
 from .throughput import Throughput
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,15 @@ class Serving:
         self.listen_host = config.listen.ip  # where the server listens (--ip wins over the config)
         self._loaded = asyncio.Event()  # set whenever a load attempt has ended
         self.throughput = Throughput()
+        self.metrics = Metrics()
+        self.loads = 0
+        # Graceful shutdown (api/app.py): the generations under way, so they can be waited
+        # for and then ended; `draining` refuses new requests meanwhile.
+        self.draining = False
+        self.active_runs: set = set()
+        self._no_runs = asyncio.Event()
+        self._no_runs.set()
+        self.hurry = asyncio.Event()  # set by a second signal: end the grace period now
 
     # ------------------------------------------------------------------ the model
 
@@ -69,6 +79,36 @@ class Serving:
         detail = f" (last load failed: {self.last_error})" if self.last_error else ""
         return ApiError(503, f"No model is loaded{detail}.", code="model_not_loaded", headers={"Retry-After": "5"})
 
+    # ------------------------------------------------------------------ generations under way
+
+    def run_started(self, run) -> None:
+        self.active_runs.add(run)
+        self._no_runs.clear()
+
+    def run_ended(self, run) -> None:
+        self.active_runs.discard(run)
+        if not self.active_runs:
+            self._no_runs.set()
+
+    async def drain(self, grace: float, *, settle: float = 10.0) -> int:
+        """Wait up to `grace` seconds for the generations under way, then cancel the rest:
+        they end as if they had stopped (streams still send their finish and [DONE]).
+        Returns how many had to be cancelled."""
+        waits = [asyncio.ensure_future(self._no_runs.wait()), asyncio.ensure_future(self.hurry.wait())]
+        await asyncio.wait(waits, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
+        for w in waits:
+            w.cancel()
+        if not self.active_runs:
+            return 0
+        left = list(self.active_runs)
+        for run in left:
+            run.cancel.set()
+        try:  # the backend answers a cancel within one step
+            await asyncio.wait_for(self._no_runs.wait(), settle)
+        except TimeoutError:
+            log.warning("%d generations did not end after being cancelled", len(self.active_runs))
+        return len(left)
+
     # ------------------------------------------------------------------ lifecycle
 
     async def load(self, spec: ModelSpec) -> ModelInfoEvent:
@@ -99,6 +139,7 @@ class Serving:
                 self._loaded.set()
         if isinstance(event, Loaded):
             self.model, self.last_error = event.info, None
+            self.loads += 1  # /metrics: the backend's totals restart with each load
             try:
                 self.model_created = int(os.stat(spec.path).st_mtime)
             except OSError:

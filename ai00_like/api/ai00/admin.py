@@ -7,7 +7,6 @@ keeps serving and answers when it is ready; a failed load leaves the old one in 
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import uuid
 from pathlib import Path
@@ -69,6 +68,7 @@ def reload_spec(req: ReloadRequest, serving: Serving) -> ModelSpec:
         checkpoint_interval=config.model.checkpoint_interval,
         name=req.served_name,
         models_dir=str(root),
+        max_prompt_tokens=config.listen.max_prompt_tokens,
     )
 
 
@@ -123,22 +123,9 @@ def is_loopback(host: str) -> bool:
 
 
 def admin_refusal(request: web.Request, serving: Serving) -> ApiError | None:
-    """Why this admin request may not pass, or None.
-
-    With [listen] admin_key set, the key is required (as `Authorization: Bearer` or Ai00's
-    `?admin_token=`). Without one, admin routes are open only while the server listens on
-    loopback; listening beyond it, they are closed (Ai00 ships them open to everyone).
-    """
-    key = serving.config.listen.admin_key
-    if key:
-        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        given = given.strip() if scheme.lower() == "bearer" else request.query.get("admin_token", "")
-        if not given:
-            return ApiError(401, "Admin routes need the admin key: 'Authorization: Bearer <[listen] admin_key>'",
-                            code="invalid_api_key")
-        if not hmac.compare_digest(given.encode("utf-8", "surrogateescape"), key.encode("utf-8")):
-            return ApiError(403, "Wrong admin key", code="invalid_api_key")
-        return None
+    """With no key configured at all (api/auth.py checks the keys): admin routes are open
+    only while the server listens on loopback; listening beyond it, they are closed (Ai00
+    ships them open to everyone)."""
     if not is_loopback(serving.listen_host):
         return ApiError(403, f"Admin routes are closed: the server listens on {serving.listen_host}, beyond this "
                         "machine, and no [listen] admin_key is set", type="permission_error",

@@ -21,6 +21,7 @@ from ...messages import Cancel, Failed, Finished, Generate, ModelInfoEvent, Star
 from ...sampler import SamplerError, SamplingOptions, options_from_openai
 from ..channel import EventChannel
 from ..errors import ApiError, bad_request, from_failed
+from ..metrics import RequestObserver
 from ..serving import Serving
 from ..sse import EventStream
 from .types import ChoiceLogprobs, PromptTokensDetails, SamplingFields, TokenLogprob, TopLogprob, Usage
@@ -98,6 +99,9 @@ class GenerationRun:
         self.prompt_tokens = [0] * len(prompts)
         self.cached_tokens = [0] * len(prompts)
         self.open = len(self.choices)
+        self.observer = RequestObserver(serving.metrics, model.name, len(prompts), n)
+        self.serving = serving
+        serving.run_started(self)
         for p, prompt in enumerate(prompts):
             serving.middleware.send(Generate(
                 prompt=prompt, reply=self.channel.reply(p), cancel=self.cancel, options=options,
@@ -121,6 +125,7 @@ class GenerationRun:
         if isinstance(event, Failed):
             self.close()
             raise from_failed(event, self.failure_param)
+        self.observer.event(index, event)
         choice = self.choices[index]
         if isinstance(event, Started):
             if event.index == 0:
@@ -144,6 +149,8 @@ class GenerationRun:
         """Stop whatever still runs (client gone, or an error ended the request)."""
         if not self.done:
             self.cancel.set()
+        self.observer.close(unfinished=not self.done)
+        self.serving.run_ended(self)
 
     def usage(self) -> Usage:
         prompt = sum(self.prompt_tokens)

@@ -1,0 +1,232 @@
+"""GET /metrics (Prometheus) and GET /health.
+
+Names and meanings follow vLLM's (`openai-and-peers.md` §3) under our prefix `rwkv:`, so
+vLLM dashboards and alerts work after renaming the prefix. Two sources:
+
+* the backend's running totals (`BackendCounters`, via GetInfo) and its gauges (requests
+  running and waiting, state-cache entries and bytes), read once per scrape;
+* per-request histograms (time to first token, inter-token latency, end-to-end latency,
+  prompt and generation lengths), observed here in the HTTP tier, which sees each
+  request's events as they arrive (`RequestObserver`, fed by oai/generation.py).
+
+Each application has its own registry (tests run several servers in one process).
+The backend's totals restart at each model load; the collector adds up the totals of
+earlier loads so that the exported counters never go down.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from ..messages import (
+    BackendCounters,
+    Finished,
+    ModelInfoEvent,
+    Started,
+    TextPiece,
+)
+from .logs import current_request_stats
+
+PREFIX = "rwkv:"
+LABELS = ("model_name",)
+
+# vLLM's buckets (seconds), trimmed to what a CPU server meets.
+_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                 20.0, 40.0, 80.0, 160.0)
+_ITL_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0)
+_E2E_BUCKETS = (0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+                240.0, 480.0, 960.0)
+_TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+
+        def hist(name, doc, buckets):
+            return Histogram(PREFIX + name, doc, LABELS, buckets=buckets, registry=r)
+
+        self.ttft = hist("time_to_first_token_seconds", "Time from the request's arrival to its first token.",
+                         _TTFT_BUCKETS)
+        self.itl = hist("inter_token_latency_seconds", "Time between two tokens of one reply.", _ITL_BUCKETS)
+        self.tpot = hist("request_time_per_output_token_seconds",
+                         "Per request: decode time divided by the tokens after the first.", _ITL_BUCKETS)
+        self.e2e = hist("e2e_request_latency_seconds", "Time from the request's arrival to its last event.",
+                        _E2E_BUCKETS)
+        self.queue = hist("request_queue_time_seconds", "Time from arrival until the prompt got a slot.",
+                          _E2E_BUCKETS)
+        self.prefill = hist("request_prefill_time_seconds", "Time from getting a slot to the first token.",
+                            _E2E_BUCKETS)
+        self.decode = hist("request_decode_time_seconds", "Time from the first token to the last.", _E2E_BUCKETS)
+        self.prompt_len = hist("request_prompt_tokens", "Prompt length of each request (cached part included).",
+                               _TOKEN_BUCKETS)
+        self.gen_len = hist("request_generation_tokens", "Tokens generated for each choice.", _TOKEN_BUCKETS)
+        self.success = Counter(PREFIX + "request_success", "Choices that ended, by finish reason.",
+                               (*LABELS, "finished_reason"), registry=r)
+        self.aborted = Counter(PREFIX + "requests_aborted", "Requests that ended before their generation did "
+                               "(the client left, or an error).", LABELS, registry=r)
+        self.backend = BackendCollector()
+        r.register(self.backend)
+
+    async def exposition(self, snapshot: ModelInfoEvent | None, load: int) -> bytes:
+        self.backend.update(snapshot, load)
+        return generate_latest(self.registry)
+
+
+_ZERO = BackendCounters()
+_FIELDS = tuple(BackendCounters.__struct_fields__)
+
+
+def _add(a: BackendCounters, b: BackendCounters) -> BackendCounters:
+    return BackendCounters(*(getattr(a, f) + getattr(b, f) for f in _FIELDS))
+
+
+class BackendCollector:
+    """Exports the backend's snapshot taken at the scrape that is under way."""
+
+    def __init__(self) -> None:
+        self.snapshot: ModelInfoEvent | None = None
+        self._earlier = _ZERO  # totals of the models loaded before the current one
+        self._last = _ZERO
+        self._last_load: int | None = None
+
+    def update(self, snapshot: ModelInfoEvent | None, load: int) -> None:
+        """`load` numbers the model loads: a new one (or an unload) restarts the backend's totals."""
+        load = load if snapshot is not None else None
+        counters = snapshot.counters if snapshot is not None else _ZERO
+        if load != self._last_load:
+            self._earlier = _add(self._earlier, self._last)
+        self._last, self._last_load, self.snapshot = counters, load, snapshot
+
+    def describe(self) -> Iterable[Metric]:
+        return ()  # metrics depend on the snapshot; nothing to check at registration
+
+    def collect(self) -> Iterable[Metric]:
+        s = self.snapshot
+        name = s.name if s is not None else ""
+        total = _add(self._earlier, self._last)
+
+        def counter(metric, doc, value):
+            family = CounterMetricFamily(PREFIX + metric, doc, labels=LABELS)
+            family.add_metric([name], value)
+            return family
+
+        def gauge(metric, doc, value):
+            family = GaugeMetricFamily(PREFIX + metric, doc, labels=LABELS)
+            family.add_metric([name], value)
+            return family
+
+        # vLLM counts every prompt token, the ones a prefix-cache hit spared included.
+        yield counter("prompt_tokens", "Prompt tokens of finished and running requests (cache hits included).",
+                      total.prompt_tokens + total.cache_hit_tokens)
+        yield counter("prompt_tokens_computed", "Prompt tokens run through the model (cache hits excluded).",
+                      total.prompt_tokens)
+        yield counter("generation_tokens", "Tokens generated.", total.generated_tokens)
+        yield counter("iterations", "Batched forward steps.", total.steps)
+        yield counter("iteration_rows", "Sum over steps of the requests in the step (÷ iterations = mean batch "
+                      "size).", total.step_rows)
+        yield counter("iteration_tokens", "Tokens through the model in steps (prefill chunks and decode tokens).",
+                      total.step_tokens)
+        yield counter("state_cache_queries", "Prompts looked up in the prefix state cache.", total.cache_queries)
+        yield counter("state_cache_hits", "Lookups that found a cached prefix state.", total.cache_hits)
+        yield counter("state_cache_hit_tokens", "Prompt tokens a cache hit spared.", total.cache_hit_tokens)
+        yield gauge("num_requests_running", "Requests in a slot (prefilling or decoding).",
+                    s.running if s is not None else 0)
+        yield gauge("num_requests_waiting", "Requests waiting for a slot.", s.waiting if s is not None else 0)
+        yield gauge("batch_size_max", "Slots of the loaded model ([model] max_batch).", s.slots if s is not None else 0)
+        yield gauge("batch_size_mean", "Mean requests per batched step since the model was loaded.",
+                    self._last.step_rows / self._last.steps if self._last.steps else 0.0)
+        yield gauge("state_cache_entries", "Prefix states held in the cache.", s.cache_entries if s is not None else 0)
+        yield gauge("state_cache_bytes", "Bytes held by the prefix state cache.", s.cache_bytes if s is not None else 0)
+        budget = s.spec.cache_bytes if s is not None else 0
+        yield gauge("state_cache_usage_perc", "Cache bytes over its budget (0-1).",
+                    (s.cache_bytes / budget) if s is not None and budget else 0.0)
+        yield gauge("model_loaded", "1 while a model is loaded.", 1 if s is not None else 0)
+
+
+class RequestObserver:
+    """Times one request's generation from its events (prompt p, choice i → index)."""
+
+    def __init__(self, metrics: Metrics | None, model_name: str, prompts: int, n: int):
+        self.metrics, self.model, self.n = metrics, model_name, n
+        self.arrival = time.monotonic()
+        self.started: dict[int, float] = {}  # prompt → when it got a slot
+        self.first: dict[int, float] = {}  # choice → first token
+        self.last: dict[int, float] = {}  # choice → latest token
+        self.ended: set[int] = set()
+        self.closed = False
+        self.stats = current_request_stats()  # the request log's record of this request, if any
+
+    def event(self, index: int, event) -> None:
+        now = time.monotonic()
+        m, label = self.metrics, self.model
+        if isinstance(event, Started):
+            prompt = index // self.n
+            if prompt not in self.started:
+                self.started[prompt] = now
+                if m is not None:
+                    m.queue.labels(label).observe(now - self.arrival)
+        elif isinstance(event, TextPiece) and event.tokens:
+            if index not in self.first:
+                self.first[index] = now
+                if m is not None:
+                    m.ttft.labels(label).observe(now - self.arrival)
+                    m.prefill.labels(label).observe(now - self.started.get(index // self.n, self.arrival))
+                if self.stats is not None and self.stats.ttft is None:
+                    self.stats.ttft = now - self.arrival
+            elif m is not None:
+                # A piece may carry several tokens (a multi-token character); they share the gap.
+                gap = (now - self.last[index]) / len(event.tokens)
+                for _ in event.tokens:
+                    m.itl.labels(label).observe(gap)
+            self.last[index] = now
+        elif isinstance(event, Finished) and index not in self.ended:
+            self.ended.add(index)
+            if self.stats is not None:
+                self.stats.completion_tokens += event.completion_tokens
+                if index % self.n == 0:
+                    self.stats.prompt_tokens += event.prompt_tokens
+            if m is None or event.reason == "cancelled":
+                return  # nobody reads a cancelled choice: counted as aborted instead
+            m.success.labels(label, event.reason).inc()
+            m.e2e.labels(label).observe(now - self.arrival)
+            m.gen_len.labels(label).observe(event.completion_tokens)
+            if index % self.n == 0:
+                m.prompt_len.labels(label).observe(event.prompt_tokens)
+            if index in self.first:
+                decode = self.last[index] - self.first[index]
+                m.decode.labels(label).observe(decode)
+                if event.completion_tokens > 1:
+                    m.tpot.labels(label).observe(decode / (event.completion_tokens - 1))
+
+    def close(self, unfinished: bool) -> None:
+        if unfinished and not self.closed and self.metrics is not None:
+            self.metrics.aborted.labels(self.model).inc()
+        self.closed = True
+
+
+# ------------------------------------------------------------------------------ routes
+
+
+async def metrics_route(request: web.Request, serving) -> web.Response:
+    from .ai00.models import live_info  # here: serving.py imports this module
+
+    load = serving.loads
+    body = await serving.metrics.exposition(await live_info(serving), load)
+    # prometheus_client's content type carries its own charset parameter.
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def health_route(request: web.Request, serving) -> web.Response:
+    """200 once a model is ready; 503 while one loads or none is loaded (load balancers, k8s)."""
+    if serving.model is not None:
+        return web.json_response({"status": "ok", "model": serving.model.name})
+    status = "loading" if serving.loading is not None else "no_model"
+    return web.json_response({"status": status}, status=503, headers={"Retry-After": "2"})

@@ -1,0 +1,136 @@
+"""The server as a separate process (`python -m ai00_like`), for what a thread cannot show:
+its memory (RSS), signals and exit status. Plus small clients for streams and metrics."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Self
+
+import psutil
+
+TIMEOUT = 60
+
+
+class ServerProcess:
+    """`with ServerProcess(config_text, directory) as server:` — listening, model loaded."""
+
+    def __init__(self, directory: Path, config_text: str, *, log_level: str = "info"):
+        self.path = directory / "server-config.toml"
+        self.path.write_text(config_text)
+        self.log_level = log_level
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+
+    def __enter__(self) -> Self:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ai00_like", "--config", str(self.path), "--port", "0",
+             "--log-level", self.log_level],
+            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+        threading.Thread(target=self._read, daemon=True).start()
+        line = self.wait_for_line(r"listening on https?://[^:]+:(\d+)")
+        self.port = int(re.search(r":(\d+) ", line).group(1))
+        self.wait_for_line(r"model \S+ loaded|loading \S+ failed")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(TIMEOUT)
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+        with self._changed:
+            self.lines.append("")  # end of output
+            self._changed.notify_all()
+
+    def wait_for_line(self, pattern: str, timeout: float = TIMEOUT) -> str:
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._changed:
+            while True:
+                for line in self.lines[seen:]:
+                    if regex.search(line):
+                        return line
+                    if line == "":
+                        raise AssertionError(f"server exited without {pattern!r}: {''.join(self.lines)[-2000:]}")
+                seen = len(self.lines)
+                left = deadline - time.monotonic()
+                assert left > 0, f"no {pattern!r} within {timeout} s: {''.join(self.lines)[-2000:]}"
+                self._changed.wait(left)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def rss(self) -> int:
+        return psutil.Process(self.proc.pid).memory_info().rss
+
+    def terminate(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(TIMEOUT)
+
+    def get(self, path: str, headers: dict | None = None) -> tuple[int, bytes]:
+        return http_get(self.port, path, headers)
+
+
+def http_get(port: int, path: str, headers: dict | None = None) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text → {"name{labels}": value} and {"name": sum over labels}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            values[f"{sample.name}{{{labels}}}"] = sample.value
+            values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    return values
+
+
+def metrics_of(port: int, headers: dict | None = None) -> dict[str, float]:
+    status, body = http_get(port, "/metrics", headers)
+    assert status == 200, body[:300]
+    return parse_metrics(body.decode())
+
+
+def stream_chat(port: int, body: dict, headers: dict | None = None) -> list:
+    """POST a streaming chat request; the decoded events, "[DONE]" included."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
+    try:
+        conn.request("POST", "/v1/chat/completions", body=json.dumps({**body, "stream": True}),
+                     headers={"Content-Type": "application/json", **(headers or {})})
+        resp = conn.getresponse()
+        assert resp.status == 200, resp.read()[:300]
+        events = []
+        for block in resp.read().decode().split("\n\n"):
+            if block.startswith("data: "):
+                data = block[6:]
+                events.append(data if data == "[DONE]" else json.loads(data))
+        return events
+    finally:
+        conn.close()
