@@ -492,7 +492,7 @@ def test_files_page_browses_unzips_and_edits_a_config(page, server, base_dir):
 def test_a_wrong_admin_key_is_asked_for_again(page, server):
     asked = answer_dialogs(page, "wrong-key", ADMIN_KEY)
     page.click("#tab-files")
-    page.locator("#files-error", has_text="Wrong admin key").wait_for()
+    page.locator("#files-error", has_text="Invalid admin key").wait_for()
     assert page.evaluate("localStorage.getItem('ai00like.adminKey')") == '""'
     page.click("#files-list")
     page.locator('#files-table tr[data-path="assets/models/demo.st"]').wait_for()
