@@ -50,6 +50,12 @@ class CpuModel:
         if progress:
             progress(info.n_layer + 1, info.n_layer + 1)
         self.pool = StatePool(info, max_batch, initial_state)
+        if skinny_matmul is not None:
+            # numba compiles each kernel for the argument types it first sees (a read-only
+            # mapped weight is a type of its own): a 2-slot step on a scratch pool does it
+            # now, from numba's on-disk cache after the first run, not in the first batch
+            # of requests.
+            self._step(StatePool(info, 2), [StepInput(0, [0]), StepInput(1, [0])])
 
     # ------------------------------------------------------------------ state API
 
