@@ -89,7 +89,8 @@ AI00_ROUTES = [
 # Operations: Prometheus metrics and the health probe (api/metrics.py).
 OPS_ROUTES = [
     Route("GET", "/metrics", metrics.metrics_route, "Prometheus metrics (vLLM's names under `rwkv:`)"),
-    Route("GET", "/health", metrics.health_route, "200 when a model is ready, 503 while loading or with none"),
+    Route("GET", "/health", metrics.health_route, "200 when a model is ready, 503 while loading or with none",
+          returns=metrics.Health),
 ]
 
 

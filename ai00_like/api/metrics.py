@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from typing import Literal
 
+import msgspec
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -224,9 +226,17 @@ async def metrics_route(request: web.Request, serving) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-async def health_route(request: web.Request, serving) -> web.Response:
+class Health(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """GET /health: `ok` with the model's id, or (with status 503) `loading` / `no_model`."""
+
+    status: Literal["ok", "loading", "no_model"]
+    model: str | None = None
+
+
+async def health_route(request: web.Request, serving) -> Health | web.Response:
     """200 once a model is ready; 503 while one loads or none is loaded (load balancers, k8s)."""
     if serving.model is not None:
-        return web.json_response({"status": "ok", "model": serving.model.name})
-    status = "loading" if serving.loading is not None else "no_model"
-    return web.json_response({"status": status}, status=503, headers={"Retry-After": "2"})
+        return Health(status="ok", model=serving.model.name)
+    health = Health(status="loading" if serving.loading is not None else "no_model")
+    return web.Response(body=msgspec.json.encode(health), status=503, content_type="application/json",
+                        headers={"Retry-After": "2"})
