@@ -154,10 +154,10 @@ def test_load_model_picks_the_device(tmp_path):
     path = tmp_path / "tiny.st"
     save_file(make_checkpoint("7", seed=5, **SHAPE), path)
     assert isinstance(load_model(path, device="cpu"), CpuModel)
-    on_gpu = load_model(path, device="gpu")
+    on_gpu = load_model(path, device="gpu", precision="fp32")
     assert isinstance(on_gpu, GpuModel)
     assert isinstance(load_model(path, device=str(ADAPTER.index)), GpuModel)
-    auto = load_model(path, device="auto")  # a software adapter is never picked by "auto"
+    auto = load_model(path, device="auto", precision="fp32")  # a software adapter is never picked by "auto"
     assert isinstance(auto, CpuModel if best_adapter(allow_software=False) is None else GpuModel)
     assert rel_err(on_gpu.forward([1, 2, 3])[0], auto.forward([1, 2, 3])[0]) < TOLERANCE
     with pytest.raises(ValueError, match="no GPU adapter 99"):
@@ -217,7 +217,7 @@ def test_the_demo_model_runs_as_on_numpy():
     from ai00_like.rwkv import load_model
 
     path = Path(__file__).parents[1] / "assets" / "models" / "demo.st"
-    cpu, gpu = load_model(path, device="cpu"), load_model(path, device="gpu")
+    cpu, gpu = load_model(path, device="cpu"), load_model(path, device="gpu", precision="fp32")
     prompt = list(range(100, 140))
     want, want_ids = greedy(cpu, prompt, 16)
     got, got_ids = greedy(gpu, prompt, 16)
@@ -233,16 +233,15 @@ def test_quantised_kernels_compute_with_the_dequantised_weights(version, quant_t
     the README's table, not a unit test's business)."""
     from ai00_like.rwkv.cpu.model import CpuModel
     from ai00_like.rwkv.gpu.model import GpuModel
-    from ai00_like.rwkv.gpu.quant import dequantise, quantise_int8, quantise_nf4
+    from ai00_like.rwkv.quant import dequantise, quantise
 
     cpu, _ = pair(6, version=version)
     gpu = GpuModel(cpu.tensors, cpu.info, adapter=ADAPTER.index, quant=1, quant_type=quant_type)
-    quantise = quantise_int8 if quant_type == "int8" else quantise_nf4
     tensors = dict(cpu.tensors)
     for name, weights in cpu.tensors.items():
         block = name.split(".")
         if block[:2] == ["blocks", "0"] and block[2] in ("att", "ffn") and block[-1] == "weight" and weights.ndim == 2:
-            restored = dequantise(quant_type, *quantise(weights), weights.size)
+            restored = dequantise(quant_type, *quantise(quant_type, weights), weights.size)
             tensors[name] = restored.reshape(weights.shape).astype(np.float32)
     assert sum(not np.array_equal(tensors[n], cpu.tensors[n]) for n in tensors) >= 6  # layer 0's projections
     reference = CpuModel(tensors, cpu.info)

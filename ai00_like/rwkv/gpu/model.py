@@ -1,4 +1,5 @@
-"""The WebGPU RWKV model: the same interface as the numpy `CpuModel` (v4, v5.x, v6, v7; fp32 weights).
+"""The WebGPU RWKV model: the same interface as the numpy `CpuModel` (v4, v5.x, v6, v7; fp32 or
+fp16 weights, Int8/NF4 projections).
 
 One batched step runs every slot's rows as one stack (rwkv-spec §4.2): the embedding rows
 are gathered on the CPU, then each layer is a fixed list of compute dispatches over the
@@ -14,6 +15,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+import math
+
 import numpy as np
 import wgpu
 
@@ -24,17 +27,16 @@ from ..info import ModelInfo
 from ..state import State, StatePool, wkv_shape
 from .device import Device
 from .kernels import Kernels
-from .quant import QUANT_TYPES, quantise_int8, quantise_nf4
+from ..quant import ALIGN, QuantisedMatrix, quant_options, quantise_tensors
 
 # Regions of the activation buffer, each `capacity` rows of the widest vector. The six
 # mixed inputs of the v7 time mix are consecutive, in the order of its coefficients (rwkvag).
 REGIONS = ("x", "z", "prev", "xr", "xw", "xk", "xv", "xa", "xg",
            "r", "w", "k", "v", "a", "b", "g", "y", "t", "vfirst", "h")
-MAX_HEAD_SIZE = 64  # the WKV kernels keep one row of a head's state per thread
+MAX_HEAD_SIZE = 64  # the WKV kernels keep one row of a head's state per thread, N ≤ 64 threads
 FORWARD_CHUNK = 256  # tokens per step of `forward`: bounds the activation buffer
 MATVEC_ROWS = 8  # fewer rows than this go through the matrix–vector kernel
 PROGRAMS_KEPT = 32  # recorded step shapes kept for reuse
-PRECISIONS = ("fp32", "fp16")
 BYTES_PER_WEIGHT = {"fp32": 4, "fp16": 2, "int8": 1.04, "nf4": 0.54}  # with the block scales
 WEIGHT_ACCESS = {  # matmul.wgsl's weight reads per storage format
     "fp32": "weights_f32.wgsl", "fp16": "weights_f16.wgsl", "int8": "weights_int8.wgsl", "nf4": "weights_nf4.wgsl"}
@@ -77,16 +79,16 @@ class GpuModel:
                  adapter: int = 0, precision: str = "fp32", quant: int = 0, quant_type: str = "int8"):
         """`precision` "fp16" keeps the matrices in f16 (activations, states and sums stay f32).
         `quant` > 0 stores the projections of the first `quant` layers (not the LoRAs, not
-        the head) as `quant_type` "int8" or "nf4" blocks (rwkv-spec §6)."""
-        if precision not in PRECISIONS:
-            raise ValueError(f"unknown precision {precision!r}; expected one of {PRECISIONS}")
-        if quant_type not in QUANT_TYPES:
-            raise ValueError(f"unknown quant_type {quant_type!r}; expected one of {QUANT_TYPES}")
-        self.precision, self.quant, self.quant_type = precision, quant, quant_type
-        if info.version != "4" and info.head_size > MAX_HEAD_SIZE:
-            raise ValueError(f"the GPU kernels take heads of up to {MAX_HEAD_SIZE}, not {info.head_size}")
+        the head) as `quant_type` "int8" or "nf4" blocks (rwkv-spec §6); projections that
+        are already `QuantisedMatrix` (a saved quantised model, or `load_model`'s doing) are
+        uploaded as they are."""
+        precision, quant, quant_type = quant_options(precision, quant, quant_type)
+        check_gpu_shape(info)
+        self.precision = precision
+        if quant:
+            tensors = quantise_tensors(tensors, quant, quant_type)
         self.info = info
-        self.tensors = tensors
+        self.tensors = tensors  # as loaded (LoRAs merged, quantised), for saving
         self.gpu = Device(adapter)
         self.adapter = self.gpu.adapter
         self.kernels = Kernels(self.gpu.device)
@@ -106,7 +108,7 @@ class GpuModel:
                 progress(i + 1, info.n_layer + 1)
         self.ln_out = (vec("ln_out.weight"), vec("ln_out.bias"))
         self.ln_out_gpu = (upload(self.ln_out[0]), upload(self.ln_out[1]))
-        self.head = self._matrix(as_float32(tensors["head.weight"]))
+        self.head = self._matrix(as_float32(tensors["head.weight"]))  # never quantised
         if progress:
             progress(info.n_layer + 1, info.n_layer + 1)
 
@@ -139,9 +141,9 @@ class GpuModel:
 
     def _linears(self, w: LayerWeights, prefix: str, names) -> dict:
         """The projections of a block: the matrices quantisation applies to."""
-        layer = int(w.prefix.split(".")[1])
-        fmt = self.quant_type if layer < self.quant else None
-        return {f"{prefix}{n}": self._matrix(w.matrix(f"{prefix}{n}.weight"), fmt) for n in names}
+        stored = lambda n: w.tensors[f"{w.prefix}{prefix}{n}.weight"]
+        return {f"{prefix}{n}": self._matrix(m if isinstance(m := stored(n), QuantisedMatrix) else w.matrix(
+            f"{prefix}{n}.weight")) for n in names}
 
     def _layer4(self, w: LayerWeights, i: int) -> dict:
         return {
@@ -221,30 +223,33 @@ class GpuModel:
         data = np.ascontiguousarray(array, dtype=np.float32)
         return self.gpu.device.create_buffer_with_data(data=data, usage=STORAGE)
 
-    def _matrix(self, weights: np.ndarray, fmt: str | None = None) -> Matrix:
-        """A [M, K] matrix in the model's precision, or in `fmt` ("int8"/"nf4") if given."""
-        fmt = fmt or self.precision
+    def _matrix(self, weights: np.ndarray | QuantisedMatrix) -> Matrix:
+        """A [M, K] matrix in the model's precision, or in its quantised format."""
+        fmt = weights.kind if isinstance(weights, QuantisedMatrix) else self.precision
         rows, cols = weights.shape
         limit = self.gpu.limits["max-storage-buffer-binding-size"]
         if self.max_binding:
             limit = min(limit, self.max_binding)
         row_bytes = cols * BYTES_PER_WEIGHT[fmt]
         per_part = max(1, int(limit // row_bytes) - 1)  # one row of slack for padding and scales
-        parts = tuple(self._part(weights[first : first + per_part], first, fmt)
+        if fmt in ("int8", "nf4"):  # parts begin at a block boundary
+            step = ALIGN // math.gcd(cols, ALIGN)
+            per_part = max(step, per_part // step * step)
+        parts = tuple(self._part(weights, first, min(per_part, rows - first))
                       for first in range(0, rows, per_part))
         return Matrix(parts, rows, cols, fmt)
 
-    def _part(self, weights: np.ndarray, first: int, fmt: str) -> Part:
-        words = lambda a: self.gpu.device.create_buffer_with_data(data=a, usage=STORAGE)
-        rows = weights.shape[0]
-        if fmt == "fp32":
+    def _part(self, weights: np.ndarray | QuantisedMatrix, first: int, rows: int) -> Part:
+        words = lambda a: self.gpu.device.create_buffer_with_data(data=np.ascontiguousarray(a), usage=STORAGE)
+        if isinstance(weights, QuantisedMatrix):
+            packed, scales = weights.rows(first, rows)
+            return Part(words(packed), first, rows, words(scales))
+        weights = weights[first : first + rows]
+        if self.precision == "fp32":
             return Part(self._upload(weights), first, rows)
-        if fmt == "fp16":  # f16 pairs, one u32 each
-            halves = np.ascontiguousarray(weights, dtype=np.float16).reshape(-1)
-            halves = np.pad(halves, (0, len(halves) % 2))
-            return Part(words(halves.view(np.uint32)), first, rows)
-        packed, scales = (quantise_int8 if fmt == "int8" else quantise_nf4)(weights)
-        return Part(words(packed), first, rows, words(scales))
+        halves = np.ascontiguousarray(weights, dtype=np.float16).reshape(-1)  # f16 pairs, one u32 each
+        halves = np.pad(halves, (0, len(halves) % 2))
+        return Part(words(halves.view(np.uint32)), first, rows)
 
     def _reserve(self, rows: int) -> None:
         """Grow the activation buffers (and forget the recorded steps) to fit `rows` rows."""
@@ -547,3 +552,10 @@ class GpuModel:
             norm("z", "z", self.ln_out_gpu, wanted)
             linear("z", self.head, None, target=self.logits, n_rows=wanted)
         return out
+
+
+def check_gpu_shape(info: ModelInfo) -> None:
+    """Refuse, with the reason, a model the kernels cannot run (before anything is uploaded)."""
+    if info.version != "4" and info.head_size > MAX_HEAD_SIZE:
+        raise ValueError(f"the GPU backend's WKV kernels take heads of up to {MAX_HEAD_SIZE} channels; this model's "
+                         f"are {info.head_size}: use device='cpu'")
