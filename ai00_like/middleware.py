@@ -91,7 +91,8 @@ def build(spec: ModelSpec, progress=None) -> LoadedModel:
     from .rwkv.tokenizer import default_tokenizer_path, load_tokenizer
 
     model = load_model(spec.path, spec.device, max_batch=spec.max_batch,
-                       loras=[(lora.path, lora.alpha) for lora in spec.loras], progress=progress)
+                       loras=[(lora.path, lora.alpha) for lora in spec.loras], progress=progress,
+                       precision=spec.precision, quant=spec.quant, quant_type=spec.quant_type)
     tokenizer = load_tokenizer(spec.tokenizer or default_tokenizer_path())
     states = {s.id: load_state(s.path, model.info) for s in spec.states}
     backend = Backend(model, tokenizer, token_chunk_size=spec.token_chunk_size, cache_bytes=spec.cache_bytes,

@@ -14,7 +14,7 @@ from pathlib import Path
 from .errors import ModelFileError
 from .info import ModelInfo
 
-__all__ = ["ModelFileError", "ModelInfo", "load_model", "load_state"]
+__all__ = ["ModelFileError", "ModelInfo", "check_device", "load_model", "load_state"]
 
 DEVICES = ("auto", "cpu", "gpu")  # or a GPU adapter index (gpu.device.list_adapters())
 
@@ -71,6 +71,12 @@ def load_model(
     return CpuModel(tensors, checkpoint.info, max_batch=max_batch, initial_state=initial, progress=progress)
 
 
+def check_device(device: str | int) -> None:
+    """Raise ValueError unless `device` is a device name or an adapter index (not looked up)."""
+    if not (isinstance(device, int) or str(device).isdigit() or device in DEVICES):
+        raise ValueError(f"unknown device {device!r}; expected one of {DEVICES} or an adapter index")
+
+
 def _choose_adapter(device: str | int) -> int | None:
     """The adapter index `device` asks for, or None for the numpy backend."""
     from .gpu import device as gpu
@@ -83,8 +89,7 @@ def _choose_adapter(device: str | int) -> int | None:
             found = "; ".join(a.describe() for a in adapters) or "none (is wgpu installed?)"
             raise ValueError(f"no GPU adapter {device}; adapters: {found}")
         return device
-    if device not in DEVICES:
-        raise ValueError(f"unknown device {device!r}; expected one of {DEVICES} or an adapter index")
+    check_device(device)
     if device == "cpu":
         return None
     best = gpu.best_adapter(allow_software=device == "gpu")
