@@ -73,3 +73,15 @@ def test_server_loads_quantised_and_saves_a_prefab(tmp_path):
         assert server.post("/v1/completions", greedy).json()["choices"][0]["text"] == want
         info = server.get("/api/models/info").json()["reload"]
         assert (info["quant"], info["quant_type"]) == (1, "nf4")  # what is loaded, not what was asked
+
+
+def test_convert_writes_a_quantised_model(tmp_path):
+    from ai00_like.cli import main
+
+    path = write_model(tmp_path / "tiny.st")
+    assert main(["convert", str(path), str(tmp_path / "q.st"), "--quant", "1", "--quant-type", "int8"]) == 0
+    saved = load_model(tmp_path / "q.st", "cpu")
+    assert quantisation_of(saved.tensors) == (1, "int8")
+    want = load_model(path, "cpu", quant=1, quant_type="int8").forward(PROMPT)[0]
+    np.testing.assert_array_equal(saved.forward(PROMPT)[0], want)
+    assert main(["convert", str(path), str(tmp_path / "w.st"), "--quant", "1", "--layout", "web-rwkv"]) == 2

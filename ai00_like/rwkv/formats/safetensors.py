@@ -49,7 +49,15 @@ import msgspec
 import numpy as np
 
 from ..errors import ModelFileError
-from . import BF16, LAYOUTS, STORAGE_DTYPES, as_float, cast_for_storage, map_file, view_of
+from . import (
+    BF16,
+    LAYOUTS,
+    STORAGE_DTYPES,
+    as_float,
+    cast_for_storage,
+    map_file,
+    view_of,
+)
 from .prefab import join_quantised, split_quantised
 
 LAYOUT_METADATA_KEY = "rwkv_layout"
