@@ -11,11 +11,10 @@ all slots in three buffers, slot-first so a slot's state is one contiguous range
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-
-import math
 
 import numpy as np
 import wgpu
@@ -24,10 +23,10 @@ from ..batch import BatchPlan, StepInput
 from ..cpu.blocks import LayerWeights
 from ..cpu.ops import GN_EPS, LN_EPS, as_float32, layer_norm
 from ..info import ModelInfo
+from ..quant import ALIGN, QuantisedMatrix, quant_options, quantise_tensors
 from ..state import State, StatePool, wkv_shape
 from .device import Device
 from .kernels import Kernels
-from ..quant import ALIGN, QuantisedMatrix, quant_options, quantise_tensors
 
 # Regions of the activation buffer, each `capacity` rows of the widest vector. The six
 # mixed inputs of the v7 time mix are consecutive, in the order of its coefficients (rwkvag).
@@ -36,6 +35,7 @@ REGIONS = ("x", "z", "prev", "xr", "xw", "xk", "xv", "xa", "xg",
 MAX_HEAD_SIZE = 64  # the WKV kernels keep one row of a head's state per thread, N ≤ 64 threads
 FORWARD_CHUNK = 256  # tokens per step of `forward`: bounds the activation buffer
 MATVEC_ROWS = 8  # fewer rows than this go through the matrix–vector kernel
+MATMUL_TILE = (("TM", 2), ("TN", 2))  # outputs per thread of the tiled kernel (bench/gpu.py compares shapes)
 PROGRAMS_KEPT = 32  # recorded step shapes kept for reuse
 BYTES_PER_WEIGHT = {"fp32": 4, "fp16": 2, "int8": 1.04, "nf4": 0.54}  # with the block scales
 WEIGHT_ACCESS = {  # matmul.wgsl's weight reads per storage format
@@ -220,7 +220,9 @@ class GpuModel:
         return self.gpu.device.create_buffer(size=max(4, 4 * floats), usage=STORAGE)
 
     def _upload(self, array: np.ndarray):
-        data = np.ascontiguousarray(array, dtype=np.float32)
+        """float32 values, padded with zeros to 16 bytes (the kernels read some as vec4)."""
+        data = np.ascontiguousarray(array, dtype=np.float32).reshape(-1)
+        data = np.pad(data, (0, -len(data) % 4))
         return self.gpu.device.create_buffer_with_data(data=data, usage=STORAGE)
 
     def _matrix(self, weights: np.ndarray | QuantisedMatrix) -> Matrix:
@@ -247,8 +249,8 @@ class GpuModel:
         weights = weights[first : first + rows]
         if self.precision == "fp32":
             return Part(self._upload(weights), first, rows)
-        halves = np.ascontiguousarray(weights, dtype=np.float16).reshape(-1)  # f16 pairs, one u32 each
-        halves = np.pad(halves, (0, len(halves) % 2))
+        halves = np.ascontiguousarray(weights, dtype=np.float16).reshape(-1)  # f16 pairs, eight per 16 bytes
+        halves = np.pad(halves, (0, -len(halves) % 8))
         return Part(words(halves.view(np.uint32)), first, rows)
 
     def _reserve(self, rows: int) -> None:
@@ -431,12 +433,13 @@ class GpuModel:
                 params = (n_rows, part.rows, Kdim, off(src) + src_shift, src_stride or Kdim, 0, dst_off + part.first,
                           M, activation, accumulate)
                 if n_rows < MATVEC_ROWS:
-                    entry, groups = "matvec", ((part.rows + 3) // 4, n_rows)
+                    entry, groups = "matvec8" if Kdim % 8 == 0 else "matvec", ((part.rows + 3) // 4, n_rows)
                 else:
-                    entry, groups = "matmul_tiled", ((part.rows + 15) // 16, (n_rows + 15) // 16)
+                    (_, tm), (_, tn) = MATMUL_TILE
+                    entry, groups = "matmul_tiled", (-(-part.rows // (16 * tn)), -(-n_rows // (16 * tm)))
                 buffers = [act, part.buffer, target or act] + ([part.scales] if part.scales is not None else [])
                 out.append(K.dispatch("matmul.wgsl", entry, params, buffers, groups,
-                                      prelude=WEIGHT_ACCESS[matrix.format]))
+                                      prelude=WEIGHT_ACCESS[matrix.format], constants=MATMUL_TILE))
 
         def multiply(a, b, dst, accumulate=0):
             out.append(K.dispatch("elementwise.wgsl", "mul", (C, off(a), off(b), off(dst), accumulate), [act],
