@@ -35,7 +35,13 @@ REGIONS = ("x", "z", "prev", "xr", "xw", "xk", "xv", "xa", "xg",
 MAX_HEAD_SIZE = 64  # the WKV kernels keep one row of a head's state per thread, N ≤ 64 threads
 FORWARD_CHUNK = 256  # tokens per step of `forward`: bounds the activation buffer
 MATVEC_ROWS = 8  # fewer rows than this go through the matrix–vector kernel
-MATMUL_TILE = (("TM", 2), ("TN", 2))  # outputs per thread of the tiled kernel (bench/gpu.py compares shapes)
+TILE_N = 4  # weight rows per thread of the tiled kernel; bench/gpu.py compares tile shapes
+
+
+def matmul_tile(rows: int) -> tuple:
+    """The tiled kernel's constants: TM × TILE_N outputs per thread, a block of 16·TM rows —
+    no taller than the rows need (up to 4)."""
+    return (("TM", min(4, 1 << max(0, (rows - 1) // 16).bit_length())), ("TN", TILE_N))
 PROGRAMS_KEPT = 32  # recorded step shapes kept for reuse
 BYTES_PER_WEIGHT = {"fp32": 4, "fp16": 2, "int8": 1.04, "nf4": 0.54}  # with the block scales
 WEIGHT_ACCESS = {  # matmul.wgsl's weight reads per storage format
@@ -428,6 +434,8 @@ class GpuModel:
         def linear(src, matrix, dst, activation=NONE, accumulate=0, target=None, n_rows=rows,
                    src_shift=0, src_stride=None):
             M, Kdim = matrix.rows, matrix.cols
+            tile = matmul_tile(n_rows)
+            tm = tile[0][1]
             dst_off = 0 if target is not None else off(dst)
             for part in matrix.parts:
                 params = (n_rows, part.rows, Kdim, off(src) + src_shift, src_stride or Kdim, 0, dst_off + part.first,
@@ -435,11 +443,10 @@ class GpuModel:
                 if n_rows < MATVEC_ROWS:
                     entry, groups = "matvec8" if Kdim % 8 == 0 else "matvec", ((part.rows + 3) // 4, n_rows)
                 else:
-                    (_, tm), (_, tn) = MATMUL_TILE
-                    entry, groups = "matmul_tiled", (-(-part.rows // (16 * tn)), -(-n_rows // (16 * tm)))
+                    entry, groups = "matmul_tiled", (-(-part.rows // (16 * TILE_N)), -(-n_rows // (16 * tm)))
                 buffers = [act, part.buffer, target or act] + ([part.scales] if part.scales is not None else [])
                 out.append(K.dispatch("matmul.wgsl", entry, params, buffers, groups,
-                                      prelude=WEIGHT_ACCESS[matrix.format], constants=MATMUL_TILE))
+                                      prelude=WEIGHT_ACCESS[matrix.format], constants=tile))
 
         def multiply(a, b, dst, accumulate=0):
             out.append(K.dispatch("elementwise.wgsl", "mul", (C, off(a), off(b), off(dst), accumulate), [act],

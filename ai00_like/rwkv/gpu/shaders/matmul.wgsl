@@ -62,13 +62,30 @@ fn matmul_tiled(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_
             }
             xs[lid.y + 16u * i][lid.x] = v;
         }
-        for (var j = 0u; j < TN; j++) {
-            let m = col0 + lid.y + 16u * j;
-            var v = 0.0;
-            if (m < p.m && k < p.k) {
-                v = weight_at(p.w_off + m * p.k + k);
+        if (p.k % 8u == 0u && p.w_off == 0u) {
+            // 8 weights per load: thread t stages half t % 2 of the tile's row t / 2
+            let t = lid.y * 16u + lid.x;
+            for (var r = t / 2u; r < 16u * TN; r += 128u) {
+                let m = col0 + r;
+                let kh = k0 + 8u * (t % 2u);
+                var w = mat2x4<f32>();
+                if (m < p.m && kh < p.k) {
+                    w = weight8((m * p.k + kh) / 8u);
+                }
+                for (var e = 0u; e < 4u; e++) {
+                    ws[r][8u * (t % 2u) + e] = w[0][e];
+                    ws[r][8u * (t % 2u) + 4u + e] = w[1][e];
+                }
             }
-            ws[lid.y + 16u * j][lid.x] = v;
+        } else {
+            for (var j = 0u; j < TN; j++) {
+                let m = col0 + lid.y + 16u * j;
+                var v = 0.0;
+                if (m < p.m && k < p.k) {
+                    v = weight_at(p.w_off + m * p.k + k);
+                }
+                ws[lid.y + 16u * j][lid.x] = v;
+            }
         }
         workgroupBarrier();
         for (var kk = 0u; kk < TK; kk++) {
