@@ -30,15 +30,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ai00_like.rwkv.accuracy import against_reference, greedy  # noqa: E402
-from ai00_like.rwkv.batch import StepInput  # noqa: E402
-from ai00_like.rwkv.cpu.model import CpuModel  # noqa: E402
-from ai00_like.rwkv.gpu import model as gpu_model  # noqa: E402
-from ai00_like.rwkv.gpu.device import best_adapter, list_adapters  # noqa: E402
-from ai00_like.rwkv.gpu.kernels import Dispatch  # noqa: E402
-from ai00_like.rwkv.gpu.model import GpuModel  # noqa: E402
-from ai00_like.rwkv.info import detect  # noqa: E402
-from ai00_like.rwkv.synthetic import make_checkpoint  # noqa: E402
+from ai00_like.rwkv.accuracy import against_reference, greedy
+from ai00_like.rwkv.batch import StepInput
+from ai00_like.rwkv.cpu.model import CpuModel
+from ai00_like.rwkv.gpu import model as gpu_model
+from ai00_like.rwkv.gpu.device import best_adapter, list_adapters
+from ai00_like.rwkv.gpu.kernels import Dispatch
+from ai00_like.rwkv.gpu.model import GpuModel
+from ai00_like.rwkv.info import detect
+from ai00_like.rwkv.synthetic import make_checkpoint
 
 COPY_WGSL = """
 @group(0) @binding(0) var<storage, read> a: array<vec4<u32>>;
@@ -53,8 +53,8 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) n
 """
 TILES = [(1, 1), (1, 2), (2, 1), (2, 2), (2, 4), (4, 2), (4, 4)]
 SHAPES = {
-    "full": dict(matrix=4096, rows=128, model=dict(n_layer=6, n_embd=1024, head_size=64, vocab=16384)),
-    "quick": dict(matrix=2048, rows=64, model=dict(n_layer=2, n_embd=256, head_size=64, vocab=4096)),
+    "full": {"matrix": 4096, "rows": 128, "model": {"n_layer": 6, "n_embd": 1024, "head_size": 64, "vocab": 16384}},
+    "quick": {"matrix": 2048, "rows": 64, "model": {"n_layer": 2, "n_embd": 256, "head_size": 64, "vocab": 4096}},
 }
 
 
@@ -81,7 +81,7 @@ def kernel_figures(model: GpuModel, size: int, rows: int) -> dict:
     """Bandwidths and throughputs on `model`'s device, with `size`×`size` matrices."""
     device, kernels = model.gpu.device, model.kernels
     usage = gpu_model.STORAGE
-    sync = lambda: device.queue.read_buffer(scratch, 0, 4)  # noqa: E731 — waits for the queue
+    sync = lambda: device.queue.read_buffer(scratch, 0, 4)
     scratch = device.create_buffer(size=16, usage=usage)
     copy_bytes = 64 << 20
     a, b = (device.create_buffer(size=copy_bytes, usage=usage) for _ in range(2))
