@@ -111,11 +111,15 @@ def kernel_figures(model: GpuModel, size: int, rows: int) -> dict:
         nbytes = matrix.nbytes
         params = (1, size, size, 0, size, 0, 0, size, 0, 0)
         buffers = [x, part.buffer, y] + ([part.scales] if part.scales is not None else [])
-        dispatch = kernels.dispatch("matmul.wgsl", "matvec8", params, buffers, ((size + 3) // 4, 1),
-                                    prelude=gpu_model.WEIGHT_ACCESS[fmt], constants=gpu_model.matmul_tile(1))
-        seconds = timed(kernels, [dispatch], 8, sync)
-        out["matvec"][fmt] = {"GBps": nbytes / seconds / 1e9, "of_copy": nbytes / seconds / 1e9 / copy_gbs,
-                              "us": seconds * 1e6}
+        variants = [("matmul.wgsl", "matvec8")]
+        if model.gpu.subgroups:
+            variants.append((("matmul.wgsl", "matvec_subgroup.wgsl"), "matvec8_subgroup"))
+        for shader, entry in variants:
+            dispatch = kernels.dispatch(shader, entry, params, buffers, ((size + 3) // 4, 1),
+                                        prelude=gpu_model.WEIGHT_ACCESS[fmt], constants=gpu_model.matmul_tile(1))
+            seconds = timed(kernels, [dispatch], 8, sync)
+            out["matvec"][fmt + ("+subgroups" if "subgroup" in entry else "")] = {
+                "GBps": nbytes / seconds / 1e9, "of_copy": nbytes / seconds / 1e9 / copy_gbs, "us": seconds * 1e6}
         if fmt != "fp16":
             continue
         params = (rows, size, size, 0, size, 0, 0, size, 0, 0)

@@ -304,3 +304,16 @@ def test_matrices_larger_than_a_binding_are_split_by_rows(precision, quant, monk
     got, got_ids = greedy(split, prompt, 4)
     assert max(rel_err(g, w) for g, w in zip(got, want)) < TOLERANCE
     assert got_ids == want_ids
+
+
+def test_matrix_vector_reductions_agree(monkeypatch):
+    """The subgroup reduction (where the adapter has subgroups) and the workgroup one."""
+    from ai00_like.rwkv.gpu.model import GpuModel
+
+    cpu, with_subgroups = pair(11, version="7")
+    monkeypatch.setattr(GpuModel, "use_subgroups", False)
+    without = GpuModel(cpu.tensors, cpu.info, adapter=ADAPTER.index)
+    prompt = tokens(80, 3)  # 3 rows: the matrix–vector kernels
+    want = cpu.forward(prompt)[0]
+    for model in (with_subgroups, without):
+        assert rel_err(model.forward(prompt)[0], want) < TOLERANCE

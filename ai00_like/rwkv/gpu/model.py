@@ -79,6 +79,7 @@ class Matrix:
 class GpuModel:
     device = "gpu"
     max_binding: int | None = None  # bytes; lower than the adapter's limit to test the splitting
+    use_subgroups = True  # where the adapter has them (off: to compare, in tests and bench/gpu.py)
 
     def __init__(self, tensors: Mapping[str, np.ndarray], info: ModelInfo, max_batch: int = 1,
                  initial_state: State | None = None, progress: Callable[[int, int], None] | None = None,
@@ -440,12 +441,15 @@ class GpuModel:
             for part in matrix.parts:
                 params = (n_rows, part.rows, Kdim, off(src) + src_shift, src_stride or Kdim, 0, dst_off + part.first,
                           M, activation, accumulate)
+                shader = "matmul.wgsl"
                 if n_rows < MATVEC_ROWS:
                     entry, groups = "matvec8" if Kdim % 8 == 0 else "matvec", ((part.rows + 3) // 4, n_rows)
+                    if entry == "matvec8" and self.gpu.subgroups and self.use_subgroups:
+                        shader, entry = ("matmul.wgsl", "matvec_subgroup.wgsl"), "matvec8_subgroup"
                 else:
                     entry, groups = "matmul_tiled", (-(-part.rows // (16 * TILE_N)), -(-n_rows // (16 * tm)))
                 buffers = [act, part.buffer, target or act] + ([part.scales] if part.scales is not None else [])
-                out.append(K.dispatch("matmul.wgsl", entry, params, buffers, groups,
+                out.append(K.dispatch(shader, entry, params, buffers, groups,
                                       prelude=WEIGHT_ACCESS[matrix.format], constants=tile))
 
         def multiply(a, b, dst, accumulate=0):

@@ -130,11 +130,9 @@ fn reduce_and_store(row: u32, m0: u32, lid: u32, acc: vec4<f32>) {
     }
 }
 
-@compute @workgroup_size(64)
-fn matvec8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    // K is a multiple of 8 and w_off 0: consecutive threads read consecutive 8-weight groups
-    let row = wg.y;
-    let m0 = wg.x * 4u;
+// this thread's share of 4 outputs of one row: K is a multiple of 8 and w_off 0, and
+// consecutive threads read consecutive 8-weight groups
+fn matvec8_sum(row: u32, m0: u32, lid: u32) -> vec4<f32> {
     let k8 = p.k / 8u;
     // rows past the end repeat the last one and are not stored
     let w0 = m0 * k8;
@@ -143,7 +141,7 @@ fn matvec8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) l
     let w3 = min(m0 + 3u, p.m - 1u) * k8;
     let xb = p.x_off + row * p.x_stride;
     var acc = vec4<f32>(0.0);
-    for (var j = lid.x; j < k8; j += THREADS) {
+    for (var j = lid; j < k8; j += THREADS) {
         let k = xb + 8u * j;
         let x = mat2x4<f32>(vec4<f32>(src[k], src[k + 1u], src[k + 2u], src[k + 3u]),
                             vec4<f32>(src[k + 4u], src[k + 5u], src[k + 6u], src[k + 7u]));
@@ -154,7 +152,12 @@ fn matvec8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) l
         acc += vec4<f32>(dot(a[0], x[0]) + dot(a[1], x[1]), dot(b[0], x[0]) + dot(b[1], x[1]),
                          dot(c[0], x[0]) + dot(c[1], x[1]), dot(d[0], x[0]) + dot(d[1], x[1]));
     }
-    reduce_and_store(row, m0, lid.x, acc);
+    return acc;
+}
+
+@compute @workgroup_size(64)
+fn matvec8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    reduce_and_store(wg.y, wg.x * 4u, lid.x, matvec8_sum(wg.y, wg.x * 4u, lid.x));
 }
 
 @compute @workgroup_size(64)
