@@ -6,21 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from api_helpers import ServerThread, config_for, write_model
+from engine_helpers import NEEDS_GPU
 
 from ai00_like.rwkv import load_model, quant
 from ai00_like.rwkv.formats.safetensors import write_safetensors
 from ai00_like.rwkv.quant import QuantisedMatrix, quantisation_of
 
-
-def _gpu_available() -> bool:
-    try:
-        from ai00_like.rwkv.gpu.device import best_adapter
-    except ImportError:
-        return False
-    return best_adapter(allow_software=True) is not None
-
-
-DEVICES = ["cpu", pytest.param("gpu", marks=pytest.mark.skipif(not _gpu_available(), reason="no WebGPU adapter"))]
+DEVICES = ["cpu", pytest.param("gpu", marks=NEEDS_GPU)]
 PROMPT = [5, 300, 7000, 42, 42, 9]
 
 
