@@ -51,6 +51,8 @@ fn matmul_tiled(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_
     // This thread's outputs: rows row0 + lid.y + 16i, columns col0 + lid.x + 16j.
     let row0 = wg.y * 16u * TM;
     let col0 = wg.x * 16u * TN;
+    setup_weights(lid.y * 16u + lid.x);
+    workgroupBarrier();
     var acc: array<array<f32, TN>, TM>;
     for (var k0 = 0u; k0 < p.k; k0 += TK) {
         let k = k0 + lid.x;
@@ -157,11 +159,15 @@ fn matvec8_sum(row: u32, m0: u32, lid: u32) -> vec4<f32> {
 
 @compute @workgroup_size(64)
 fn matvec8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    setup_weights(lid.x);
+    workgroupBarrier();
     reduce_and_store(wg.y, wg.x * 4u, lid.x, matvec8_sum(wg.y, wg.x * 4u, lid.x));
 }
 
 @compute @workgroup_size(64)
 fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    setup_weights(lid.x);
+    workgroupBarrier();
     let row = wg.y;
     let m0 = wg.x * 4u;
     let m1 = min(m0 + 1u, p.m - 1u);

@@ -6,6 +6,8 @@ var<workgroup> subgroup_sums: array<vec4<f32>, 64>;
 @compute @workgroup_size(64)
 fn matvec8_subgroup(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
                     @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) width: u32) {
+    setup_weights(lid.x);
+    workgroupBarrier();
     let sum = subgroupAdd(matvec8_sum(wg.y, wg.x * 4u, lid.x));
     if (lane == 0u) {
         subgroup_sums[lid.x / width] = sum;

@@ -24,3 +24,6 @@ fn weight8(j: u32) -> mat2x4<f32> {
     let odd = widen(w >> vec4<u32>(16u));
     return mat2x4<f32>(vec4<f32>(even.x, odd.x, even.y, odd.y), vec4<f32>(even.z, odd.z, even.w, odd.w));
 }
+
+// called by every invocation at the start of a matmul.wgsl kernel, before a barrier
+fn setup_weights(t: u32) {}

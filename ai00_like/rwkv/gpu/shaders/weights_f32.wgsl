@@ -9,3 +9,6 @@ fn weight_at(i: u32) -> f32 {
 fn weight8(j: u32) -> mat2x4<f32> {
     return mat2x4<f32>(weight[2u * j], weight[2u * j + 1u]);
 }
+
+// called by every invocation at the start of a matmul.wgsl kernel, before a barrier
+fn setup_weights(t: u32) {}

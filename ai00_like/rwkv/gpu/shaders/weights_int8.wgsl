@@ -17,3 +17,6 @@ fn weight8(j: u32) -> mat2x4<f32> {
     return mat2x4<f32>(fma(unpack4x8unorm(weight[2u * j]), span, low),
                        fma(unpack4x8unorm(weight[2u * j + 1u]), span, low));
 }
+
+// called by every invocation at the start of a matmul.wgsl kernel, before a barrier
+fn setup_weights(t: u32) {}
