@@ -317,3 +317,15 @@ def test_matrix_vector_reductions_agree(monkeypatch):
     want = cpu.forward(prompt)[0]
     for model in (with_subgroups, without):
         assert rel_err(model.forward(prompt)[0], want) < TOLERANCE
+
+
+def test_heads_wider_than_the_kernels_are_refused(tmp_path):
+    from safetensors.numpy import save_file
+
+    from ai00_like.rwkv import load_model
+
+    path = tmp_path / "wide.st"
+    save_file(make_checkpoint("7", seed=2, n_layer=1, n_embd=256, head_size=128, vocab=100), path)
+    with pytest.raises(ValueError, match="heads of up to 64 channels; this model's are 128: use device='cpu'"):
+        load_model(path, device="gpu")
+    assert load_model(path, device="cpu").forward([1, 2])[0].shape == (100,)
