@@ -329,3 +329,31 @@ def test_heads_wider_than_the_kernels_are_refused(tmp_path):
     with pytest.raises(ValueError, match="heads of up to 64 channels; this model's are 128: use device='cpu'"):
         load_model(path, device="gpu")
     assert load_model(path, device="cpu").forward([1, 2])[0].shape == (100,)
+
+
+@pytest.mark.parametrize("entry", ["matvec8", "matvec", "matmul_tiled"])
+def test_fp16_weights_widen_exactly(models, entry):
+    """Every kind of f16 (zeros, subnormals, the largest, negatives) comes out as numpy widens it."""
+    from ai00_like.rwkv.gpu import model as gpu_model
+
+    _, gpu = models
+    halves = np.array([0.0, -0.0, 6e-8, -3e-6, 6.1e-5, 65504.0, -2.5, 1 / 3], dtype=np.float16)
+    weights = np.resize(halves, (16, 8)).astype(np.float32)
+    weights[8:] *= -1
+    device = gpu.gpu.device
+    gpu.precision = "fp16"  # the model is fp32: store this matrix as fp16
+    try:
+        stored = gpu._matrix(weights)
+    finally:
+        gpu.precision = "fp32"
+    assert stored.format == "fp16"
+    rows = 8
+    x = device.create_buffer_with_data(data=np.eye(rows, 8, dtype=np.float32), usage=gpu_model.STORAGE)
+    y = device.create_buffer(size=4 * rows * 16, usage=gpu_model.STORAGE)
+    tile = gpu_model.matmul_tile(rows)
+    groups = (4, rows) if entry != "matmul_tiled" else (1, 1)
+    dispatch = gpu.kernels.dispatch("matmul.wgsl", entry, (rows, 16, 8, 0, 8, 0, 0, 16, 0, 0),
+                                    [x, stored.parts[0].buffer, y], groups, prelude="weights_f16.wgsl", constants=tile)
+    gpu.kernels.run([dispatch])
+    got = np.frombuffer(device.queue.read_buffer(y), dtype=np.float32).reshape(rows, 16)
+    np.testing.assert_array_equal(got, weights.T[:rows])
