@@ -137,6 +137,11 @@ def kernel_figures(model: GpuModel, size: int, rows: int) -> dict:
     return out
 
 
+def projection_bytes(model: GpuModel) -> int:
+    return sum(m.nbytes for layer in model.layers for name, m in layer.items()
+               if isinstance(m, gpu_model.Matrix) and name.startswith(("att.", "ffn.")))
+
+
 def throughput(model, prompt: list[int], steps: int) -> dict:
     model.forward(prompt[:16])  # warm-up (and the GPU's pipelines)
     start = time.perf_counter()
@@ -208,12 +213,15 @@ def main() -> None:
     for name, s in speed.items():
         print(f"  {name:10} {s['prefill_tps']:24.1f} {s['decode_b1_tps']:10.1f} {s['decode_b16_tps']:11.1f}")
 
-    sizes = {"fp16": gpu.weight_bytes}
+    models = {"fp16": gpu} | {kind: GpuModel(tensors, model_info, adapter=adapter, quant=99, quant_type=kind)
+                              for kind in ("int8", "nf4")}
+    memory = {}
     for kind in ("int8", "nf4"):
-        sizes[kind] = GpuModel(tensors, model_info, adapter=adapter, quant=99, quant_type=kind).weight_bytes
-    memory = {kind: sizes[kind] / sizes["fp16"] for kind in ("int8", "nf4")}
-    print(f"weight bytes against fp16: int8 {memory['int8']:.3f}, nf4 {memory['nf4']:.3f} "
-          "(the layers' matrices; the LoRAs stay fp16)")
+        memory[kind] = projection_bytes(models[kind]) / projection_bytes(gpu)
+        memory[kind + "_all_layer_matrices"] = models[kind].weight_bytes / gpu.weight_bytes
+    print(f"weight bytes against fp16: int8 {memory['int8']:.3f}, nf4 {memory['nf4']:.3f} (the projections, "
+          f"what is quantised); with the LoRAs, which stay fp16: int8 {memory['int8_all_layer_matrices']:.3f}, "
+          f"nf4 {memory['nf4_all_layer_matrices']:.3f}")
 
     precision = precision_figures(adapter)
     for name, p in precision.items():
