@@ -128,7 +128,7 @@ def kernel_figures(model: GpuModel, size: int, rows: int) -> dict:
         for tm, tn in TILES:
             groups = (-(-half // (16 * tn)), -(-rows // (16 * tm)))
             dispatch = kernels.dispatch("matmul.wgsl", "matmul_tiled", params, buffers, groups,
-                                        prelude=gpu_model.WEIGHT_ACCESS[fmt], constants=(("TM", tm), ("TN", tn)))
+                                        prelude=gpu_model.WEIGHT_ACCESS[fmt], constants=(("TM", tm), ("TN", tn), ("ROWS", 8)))
             seconds = timed(kernels, [dispatch], 1, sync, tries=3)
             out["matmul"][f"{tm}x{tn}"] = 2 * rows * half * size / seconds / 1e9
     used = "{}x{}".format(*(v for _, v in gpu_model.matmul_tile(rows)))

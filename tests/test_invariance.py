@@ -12,6 +12,14 @@ VERSIONS = ["4", "5.0", "5.1", "5.2", "6", "7"]
 SAME = 1e-5
 
 
+def same_for(version):
+    """float32 products round a row's dot products differently depending on how many rows
+    share the product (BLAS, or the GPU's matrix–vector and tiled kernels); v5.0 (no gate,
+    unsquashed receptance) amplifies that to ~2e-5 here, while the same chunks alone agree
+    to 1e-6. Float64 products make all agree to 6e-7."""
+    return 3e-5 if version == "5.0" else SAME
+
+
 def model_for(version, max_batch=1, backend="numpy"):
     return synthetic_model(version, max_batch=max_batch, backend=backend, n_layer=2, n_embd=64, head_size=32,
                            vocab=500, seed=VERSIONS.index(version))
@@ -32,7 +40,7 @@ def test_chunking_does_not_change_logits(version, backend):
         for start in range(0, len(seq), chunk):
             logits, state = model.forward(seq[start : start + chunk], state, full_output=True)
             rows.append(logits)
-        assert rel_err(np.concatenate(rows), whole) < SAME, f"chunk {chunk}"
+        assert rel_err(np.concatenate(rows), whole) < same_for(version), f"chunk {chunk}"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -55,12 +63,8 @@ def test_batch_of_unrelated_sequences_matches_alone(version, backend):
         for slot, logits in enumerate(model.step(inputs)):
             if logits is not None:
                 got[slot].append(logits)
-    # float32 BLAS rounds a row's dot products differently depending on how many rows share
-    # the product; v5.0 (no gate, unsquashed receptance) amplifies that to ~2e-5 here,
-    # while the same chunks alone agree to 1e-6. Float64 products make all agree to 6e-7.
-    tolerance = 3e-5 if version == "5.0" else SAME
     for slot in range(8):
-        assert rel_err(np.concatenate(got[slot]), alone[slot]) < tolerance, f"slot {slot}"
+        assert rel_err(np.concatenate(got[slot]), alone[slot]) < same_for(version), f"slot {slot}"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -34,14 +34,15 @@ REGIONS = ("x", "z", "prev", "xr", "xw", "xk", "xv", "xa", "xg",
            "r", "w", "k", "v", "a", "b", "g", "y", "t", "vfirst", "h")
 MAX_HEAD_SIZE = 64  # the WKV kernels keep one row of a head's state per thread, N ≤ 64 threads
 FORWARD_CHUNK = 256  # tokens per step of `forward`: bounds the activation buffer
-MATVEC_ROWS = 8  # fewer rows than this go through the matrix–vector kernel
+MATVEC_ROWS = 16  # up to this many rows go through the matrix–vector kernels (a decoding batch)
 TILE_N = 4  # weight rows per thread of the tiled kernel; bench/gpu.py compares tile shapes
 
 
 def matmul_tile(rows: int) -> tuple:
     """The tiled kernel's constants: TM × TILE_N outputs per thread, a block of 16·TM rows —
     no taller than the rows need (up to 4)."""
-    return (("TM", min(4, 1 << max(0, (rows - 1) // 16).bit_length())), ("TN", TILE_N))
+    return (("TM", min(4, 1 << max(0, (rows - 1) // 16).bit_length())), ("TN", TILE_N),
+            ("ROWS", 8 if rows <= 8 else MATVEC_ROWS))
 PROGRAMS_KEPT = 32  # recorded step shapes kept for reuse
 BYTES_PER_WEIGHT = {"fp32": 4, "fp16": 2, "int8": 1.04, "nf4": 0.54}  # with the block scales
 WEIGHT_ACCESS = {  # matmul.wgsl's weight reads per storage format
@@ -442,7 +443,9 @@ class GpuModel:
                 params = (n_rows, part.rows, Kdim, off(src) + src_shift, src_stride or Kdim, 0, dst_off + part.first,
                           M, activation, accumulate)
                 shader = "matmul.wgsl"
-                if n_rows < MATVEC_ROWS:
+                if n_rows > 1 and n_rows <= MATVEC_ROWS and Kdim % 8 == 0:
+                    entry, groups = "matvec8_rows", ((part.rows + 3) // 4, 1)
+                elif n_rows < MATVEC_ROWS:
                     entry, groups = "matvec8" if Kdim % 8 == 0 else "matvec", ((part.rows + 3) // 4, n_rows)
                     if entry == "matvec8" and self.gpu.subgroups and self.use_subgroups:
                         shader, entry = ("matmul.wgsl", "matvec_subgroup.wgsl"), "matvec8_subgroup"

@@ -119,6 +119,11 @@ const THREADS: u32 = 64u;
 var<workgroup> partial: array<vec4<f32>, 64>;
 
 fn reduce_and_store(row: u32, m0: u32, lid: u32, acc: vec4<f32>) {
+    reduce_and_store_if(row, m0, lid, acc, true);
+}
+
+// (every invocation calls this, `valid` or not: it has barriers)
+fn reduce_and_store_if(row: u32, m0: u32, lid: u32, acc: vec4<f32>, valid: bool) {
     partial[lid] = acc;
     workgroupBarrier();
     for (var s = THREADS / 2u; s > 0u; s >>= 1u) {
@@ -127,9 +132,10 @@ fn reduce_and_store(row: u32, m0: u32, lid: u32, acc: vec4<f32>) {
         }
         workgroupBarrier();
     }
-    if (lid < 4u && m0 + lid < p.m) {
+    if (valid && lid < 4u && m0 + lid < p.m) {
         store(row, m0 + lid, partial[0][lid]);
     }
+    workgroupBarrier();  // partial is reused by the next call
 }
 
 // this thread's share of 4 outputs of one row: K is a multiple of 8 and w_off 0, and
@@ -162,6 +168,40 @@ fn matvec8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) l
     setup_weights(lid.x);
     workgroupBarrier();
     reduce_and_store(wg.y, wg.x * 4u, lid.x, matvec8_sum(wg.y, wg.x * 4u, lid.x));
+}
+
+// 4 outputs of each of up to ROWS rows per workgroup (a small batch): the weights are read
+// once for all the rows, not once per row. K is a multiple of 8 and w_off 0.
+@compute @workgroup_size(64)
+fn matvec8_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    setup_weights(lid.x);
+    workgroupBarrier();
+    let m0 = wg.x * 4u;
+    let row0 = wg.y * ROWS;
+    let k8 = p.k / 8u;
+    let w0 = m0 * k8;
+    let w1 = min(m0 + 1u, p.m - 1u) * k8;
+    let w2 = min(m0 + 2u, p.m - 1u) * k8;
+    let w3 = min(m0 + 3u, p.m - 1u) * k8;
+    var acc: array<vec4<f32>, ROWS>;
+    for (var j = lid.x; j < k8; j += THREADS) {
+        let a = weight8(w0 + j);
+        let b = weight8(w1 + j);
+        let c = weight8(w2 + j);
+        let d = weight8(w3 + j);
+        for (var r = 0u; r < ROWS; r++) {
+            if (row0 + r < p.rows) {
+                let k = p.x_off + (row0 + r) * p.x_stride + 8u * j;
+                let x = mat2x4<f32>(vec4<f32>(src[k], src[k + 1u], src[k + 2u], src[k + 3u]),
+                                    vec4<f32>(src[k + 4u], src[k + 5u], src[k + 6u], src[k + 7u]));
+                acc[r] += vec4<f32>(dot(a[0], x[0]) + dot(a[1], x[1]), dot(b[0], x[0]) + dot(b[1], x[1]),
+                                    dot(c[0], x[0]) + dot(c[1], x[1]), dot(d[0], x[0]) + dot(d[1], x[1]));
+            }
+        }
+    }
+    for (var r = 0u; r < ROWS; r++) {
+        reduce_and_store_if(row0 + r, m0, lid.x, acc[r], row0 + r < p.rows);
+    }
 }
 
 @compute @workgroup_size(64)
