@@ -120,6 +120,11 @@ def add_convert(subparsers) -> None:
             "as Ai00's converter writes them, for which Ai00 needs --dtype fp16 (default: official)"
         ),
     )
+    p.add_argument("--quant", type=int, default=0, metavar="N",
+                   help="quantise the projections of the first N layers (a 'prefab' that loads quantised; official "
+                        "layout only, read by this server)")
+    p.add_argument("--quant-type", choices=("int8", "nf4"), default="int8",
+                   help="Int8 (blocks of 128, ~0.52 of fp16) or NF4 (blocks of 64, ~0.27) (default: int8)")
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
     p.set_defaults(handler=cmd_convert)
 
@@ -139,6 +144,12 @@ def cmd_convert(args: argparse.Namespace) -> int:
         print(f"{PROG}: warning: Ai00/web-rwkv only load fp16 files; writing {args.dtype} anyway", file=sys.stderr)
 
     ckpt = read_checkpoint(args.input, keep_bf16=True)
+    if args.quant:
+        from .rwkv.quant import quantise_tensors
+
+        if args.layout != "official":
+            raise ModelFileError(out, "a quantised model is written in the official layout only")
+        ckpt.tensors = quantise_tensors(ckpt.tensors, args.quant, args.quant_type)
     itemsize = 4 if args.dtype == "fp32" else 2
     total = sum(arr.size for arr in ckpt.tensors.values()) * itemsize
     partial = out.with_name(out.name + ".part")  # never leave a half-written OUT behind
@@ -159,7 +170,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     info = ckpt.info
     print(
         f"{out}: RWKV v{info.version} L{info.n_layer} D{info.n_embd} vocab {info.vocab}, "
-        f"{args.dtype}, {args.layout} layout",
+        f"{args.dtype}, {args.layout} layout" + (f", {args.quant} layers {args.quant_type}" if args.quant else ""),
         file=sys.stderr,
     )
     return 0

@@ -17,11 +17,13 @@ import logging
 import tomllib
 import uuid
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import msgspec
 
 from .messages import LoraSpec, ModelSpec, StateSpec
+from .rwkv import check_device
+from .rwkv.quant import quant_options
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +44,10 @@ class ModelSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     name: str = ""
     served_name: str = ""
     aliases: list[str] = msgspec.field(default_factory=list)
-    device: Literal["auto", "cpu"] = "auto"
+    device: str = "auto"  # auto, cpu, gpu or a GPU adapter index ("0", "1", …)
+    precision: str = "fp16"  # of the GPU backend's weights: fp16 or fp32 (Ai00's Fp16/Fp32 too)
+    quant: NonNegative = 0  # layers whose projections are quantised, from the first
+    quant_type: str = "int8"  # int8, nf4 or none (Ai00's Int8/NF4/None too)
     max_batch: Positive = 8
     token_chunk_size: Positive = 256
     cache_bytes: NonNegative = 1 << 30
@@ -125,6 +130,9 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             path=str(model_file),
             tokenizer=str(self.resolve(self.tokenizer.path)) if self.tokenizer.path else None,
             device=self.model.device,
+            precision=self.model.precision,
+            quant=self.model.quant,
+            quant_type=self.model.quant_type,
             max_batch=self.model.max_batch,
             token_chunk_size=self.model.token_chunk_size,
             loras=tuple(LoraSpec(str(self._in_model_dir(lora.path)), lora.alpha) for lora in self.lora),
@@ -142,7 +150,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 # Ai00 keys our engine has no use for: accepted, reported once, then dropped.
 _AI00_IGNORED = {
-    "model": ("quant", "quant_type", "precision", "embed_device", "stop"),
+    "model": ("embed_device", "stop"),
     "listen": ("domain", "acme", "tls", "slot", "force_pass", "expire_sec", "app_keys"),
     "": ("bnf", "adapter", "embed"),
 }
@@ -218,6 +226,12 @@ def _check(config: Config) -> None:
         defaults += state.default
     if defaults > 1:
         raise ConfigError(f"{source}: state: more than one [[state]] has default = true")
+    try:
+        check_device(config.model.device)
+        quant_options(config.model.precision, config.model.quant, config.model.quant_type)
+    except ValueError as e:
+        key = "device" if "device" in str(e) else "precision" if "precision" in str(e) else "quant_type"
+        raise ConfigError(f"{source}: model.{key}: {e}") from None
     name = config.model.name
     if name and (Path(name).is_absolute() or ".." in Path(name).parts):
         raise ConfigError(f"{source}: model.name: must be a file inside [model] path, got {name!r}")

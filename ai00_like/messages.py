@@ -59,6 +59,9 @@ class ModelSpec(msgspec.Struct, frozen=True):
     path: str
     tokenizer: str | None = None  # None: the RWKV World vocabulary we ship
     device: str = "auto"
+    precision: str = "fp16"
+    quant: int = 0
+    quant_type: str = "int8"
     max_batch: int = 8
     token_chunk_size: int = 256
     loras: tuple[LoraSpec, ...] = ()

@@ -88,10 +88,14 @@ class LoadedModel:
 def build(spec: ModelSpec, progress=None) -> LoadedModel:
     """Load model, tokenizer and initial states, and start a backend for them."""
     from .rwkv import load_model, load_state
+    from .rwkv.quant import quantisation_of
     from .rwkv.tokenizer import default_tokenizer_path, load_tokenizer
 
     model = load_model(spec.path, spec.device, max_batch=spec.max_batch,
-                       loras=[(lora.path, lora.alpha) for lora in spec.loras], progress=progress)
+                       loras=[(lora.path, lora.alpha) for lora in spec.loras], progress=progress,
+                       precision=spec.precision, quant=spec.quant, quant_type=spec.quant_type)
+    layers, kind = quantisation_of(model.tensors)  # a saved quantised model stays quantised
+    spec = msgspec.structs.replace(spec, quant=layers, quant_type=kind) if layers else spec
     tokenizer = load_tokenizer(spec.tokenizer or default_tokenizer_path())
     states = {s.id: load_state(s.path, model.info) for s in spec.states}
     backend = Backend(model, tokenizer, token_chunk_size=spec.token_chunk_size, cache_bytes=spec.cache_bytes,

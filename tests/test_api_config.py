@@ -78,7 +78,7 @@ def test_every_section_of_the_shipped_config_loads_when_uncommented(tmp_path):
     ("[model]\nmax_bacth = 4", "model.max_bacth: unknown key"),
     ("[listen]\nport = 70000", "listen.port: expected `int` <= 65535"),
     ("[listen]\nport = \"80\"", "listen.port: expected `int`, got `str`"),
-    ("[model]\ndevice = \"tpu\"", "model.device: invalid enum value 'tpu'"),
+    ("[model]\ndevice = \"tpu\"", "model.device: unknown device 'tpu'"),
     ("[model\nname = 1", "not valid TOML"),
     ("[[state]]\nname = \"x\"", "state[0]: object missing required field `path`"),
     ("[[state]]\npath = \"a\"\nid = \"nope\"", "state[0].id: not a UUID"),
@@ -107,8 +107,20 @@ def test_ai00_only_keys_are_accepted_and_reported(caplog):
                           '[listen]\nslot = "permisionkey"\nforce_pass = true\n[bnf]\nenable_bytes_cache = true\n'
                           '[adapter]\nAuto = {}\n', source="ai00.toml")
     assert config.model.path == "m"
-    assert {"model.quant", "listen.force_pass", "bnf", "adapter"} <= {
-        m.split(": ")[1].split(" ")[0] for m in caplog.messages}
+    reported = {m.split(": ")[1].split(" ")[0] for m in caplog.messages}
+    assert {"listen.force_pass", "bnf", "adapter"} <= reported
+    # quantisation and precision are ours too now, under Ai00's names and spellings
+    assert not {"model.quant", "model.quant_type", "model.precision"} & reported
+    spec = parse_config('[model]\nname = "m.st"\nquant = 4\nquant_type = "NF4"\nprecision = "Fp32"\ndevice = "1"\n'
+                        ).model_spec()
+    assert (spec.quant, spec.quant_type, spec.precision, spec.device) == (4, "NF4", "Fp32", "1")
+
+
+@pytest.mark.parametrize("line, key", [('quant_type = "SF4"', "model.quant_type"), ('precision = "fp8"', "model.precision"),
+                                       ("quant = -2", "model.quant")])
+def test_bad_model_options_name_the_key(line, key):
+    with pytest.raises(ConfigError, match=f"^c.toml: {key}: "):
+        parse_config(f"[model]\n{line}\n", source="c.toml")
 
 
 def test_state_ids_are_stable_across_starts():

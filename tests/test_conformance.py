@@ -1,7 +1,8 @@
-"""Our numpy engine against the reference `rwkv` package (0.8.32, torch CPU fp32).
+"""Our engine against the reference `rwkv` package (0.8.32, torch CPU fp32).
 
 The golden files were made by tests/golden/make_golden.py; the `reference` tests run the
-package live when torch and rwkv are installed.
+package live when torch and rwkv are installed. The golden comparisons run on both
+backends: numpy, and the GPU one (fp32 weights) when a WebGPU adapter is there.
 """
 
 from __future__ import annotations
@@ -13,17 +14,18 @@ import pytest
 
 import reference
 from conformance_cases import CASES, GREEDY_STEPS, prompt_for
-from engine_helpers import greedy, rel_err, synthetic_model
+from engine_helpers import BACKENDS, greedy, rel_err, synthetic_model
 
 GOLDEN = Path(__file__).parent / "golden"
 TOLERANCE = 1e-3  # max |Δlogits| / std(logits), from the engine issue
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_matches_golden_logits(name):
+def test_matches_golden_logits(name, backend):
     version, kwargs = CASES[name]
     golden = np.load(GOLDEN / f"{name}.npz")
-    model = synthetic_model(version, **kwargs)
+    model = synthetic_model(version, backend=backend, **kwargs)
     assert model.info.version == version
     logits, tokens = greedy(model, golden["prompt"].tolist(), GREEDY_STEPS)
     errors = [rel_err(ours, theirs) for ours, theirs in zip(logits, golden["logits"])]

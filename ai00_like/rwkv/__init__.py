@@ -14,7 +14,7 @@ from pathlib import Path
 from .errors import ModelFileError
 from .info import ModelInfo
 
-__all__ = ["ModelFileError", "ModelInfo", "load_model", "load_state"]
+__all__ = ["ModelFileError", "ModelInfo", "check_device", "load_model", "load_state"]
 
 DEVICES = ("auto", "cpu", "gpu")  # or a GPU adapter index (gpu.device.list_adapters())
 
@@ -27,6 +27,9 @@ def load_model(
     loras: Sequence[tuple[str | Path, float]] = (),
     state: str | Path | None = None,
     progress=None,
+    precision: str = "fp16",
+    quant: int = 0,
+    quant_type: str = "int8",
 ):
     """Load a checkpoint (format and version detected from the file) onto a backend.
 
@@ -35,29 +38,43 @@ def load_model(
     the numpy backend; "gpu" the best WebGPU adapter (a software one if nothing else); an
     int (or digits) that adapter of `gpu.device.list_adapters()`; "auto" a real GPU when
     there is one, else the numpy backend.
+    `precision` ("fp16" or "fp32", Ai00's "Fp16"/"Fp32" too) is how the GPU backend stores
+    the matrices; the numpy backend always computes in fp32. `quant` > 0 quantises the
+    projections of the first `quant` layers as `quant_type` "int8" or "nf4" (rwkv-spec §6;
+    Ai00's "Int8"/"NF4"/"None" too) on both backends: the numpy backend computes with the
+    same, dequantised, weights. A saved quantised model loads back quantised as it was.
     `progress(done, total)` follows the preparation of the layers (where fp16/bf16 weights
     are converted).
     """
     from .cpu.model import CpuModel
     from .loader import read_checkpoint
+    from .quant import quant_options, quantise_tensors
 
+    precision, quant, quant_type = quant_options(precision, quant, quant_type)
     adapter = _choose_adapter(device)
     # bf16 stays mapped here and is widened layer by layer in the model, with the rest.
     checkpoint = read_checkpoint(path, loras=loras, keep_bf16=True)
     initial = load_state(state, checkpoint.info) if state is not None else None
-    if adapter is not None and (device != "auto" or checkpoint.info.version in GPU_VERSIONS):
-        if checkpoint.info.version not in GPU_VERSIONS:
-            raise ValueError(f"the GPU backend runs RWKV {', '.join(GPU_VERSIONS)} only so far, "
-                             f"not v{checkpoint.info.version}; use device='cpu'")
-        from .gpu.model import GpuModel
+    tensors = quantise_tensors(checkpoint.tensors, quant, quant_type) if quant else checkpoint.tensors
+    if adapter is not None:
+        from .gpu.model import GpuModel, check_gpu_shape
 
-        return GpuModel(checkpoint.tensors, checkpoint.info, max_batch=max_batch, initial_state=initial,
-                        progress=progress, adapter=adapter)
-    return CpuModel(checkpoint.tensors, checkpoint.info, max_batch=max_batch, initial_state=initial,
-                    progress=progress)
+        try:
+            check_gpu_shape(checkpoint.info)
+        except ValueError:
+            if device != "auto":
+                raise
+            adapter = None  # auto: what the kernels cannot run goes to the numpy backend
+    if adapter is not None:
+        return GpuModel(tensors, checkpoint.info, max_batch=max_batch, initial_state=initial,
+                        progress=progress, adapter=adapter, precision=precision)
+    return CpuModel(tensors, checkpoint.info, max_batch=max_batch, initial_state=initial, progress=progress)
 
 
-GPU_VERSIONS = ("4", "5.0", "5.1", "5.2", "6", "7")
+def check_device(device: str | int) -> None:
+    """Raise ValueError unless `device` is a device name or an adapter index (not looked up)."""
+    if not (isinstance(device, int) or str(device).isdigit() or device in DEVICES):
+        raise ValueError(f"unknown device {device!r}; expected one of {DEVICES} or an adapter index")
 
 
 def _choose_adapter(device: str | int) -> int | None:
@@ -72,8 +89,7 @@ def _choose_adapter(device: str | int) -> int | None:
             found = "; ".join(a.describe() for a in adapters) or "none (is wgpu installed?)"
             raise ValueError(f"no GPU adapter {device}; adapters: {found}")
         return device
-    if device not in DEVICES:
-        raise ValueError(f"unknown device {device!r}; expected one of {DEVICES} or an adapter index")
+    check_device(device)
     if device == "cpu":
         return None
     best = gpu.best_adapter(allow_software=device == "gpu")

@@ -14,7 +14,8 @@ from pathlib import Path
 from aiohttp import web
 
 from ...messages import Failed, LoraSpec, ModelSpec, Save, StateSpec
-from ...rwkv import DEVICES
+from ...rwkv import DEVICES, check_device
+from ...rwkv.quant import quant_options
 from ..body import decode_body
 from ..channel import EventChannel
 from ..errors import ApiError, bad_request, from_failed
@@ -37,12 +38,20 @@ def inside(root: Path, wanted: str, param: str, *, must_exist: bool = True) -> P
 
 def reload_spec(req: ReloadRequest, serving: Serving) -> ModelSpec:
     config, root = serving.config, serving.config.model_dir
-    if req.quant > 0 and req.quant_type.lower() not in ("none", ""):
-        raise bad_request(f"quant_type '{req.quant_type}': quantised weights are not supported by this engine",
-                          "quant_type")
     device = req.device or config.model.device
-    if device not in DEVICES:
-        raise bad_request(f"'device' must be one of {', '.join(DEVICES)}, got '{device}'", "device")
+    try:
+        check_device(device)
+    except ValueError:
+        raise bad_request(f"'device' must be one of {', '.join(DEVICES)} or an adapter index, got '{device}'",
+                          "device") from None
+    model = config.model
+    try:
+        precision, quant, quant_type = quant_options(
+            req.precision or model.precision, model.quant if req.quant is None else req.quant,
+            req.quant_type or model.quant_type)
+    except ValueError as e:
+        raise bad_request(str(e), "precision" if "precision" in str(e) else "quant" if "quant must" in str(e)
+                          else "quant_type") from None
     for name, value in (("max_batch", req.max_batch), ("token_chunk_size", req.token_chunk_size)):
         if value is not None and value < 1:
             raise bad_request(f"'{name}' must be >= 1, got {value}", name)
@@ -59,6 +68,9 @@ def reload_spec(req: ReloadRequest, serving: Serving) -> ModelSpec:
         path=str(inside(root, req.model_path, "model_path")),
         tokenizer=tokenizer,
         device=device,
+        precision=precision,
+        quant=quant,
+        quant_type=quant_type,
         max_batch=req.max_batch or config.model.max_batch,
         token_chunk_size=req.token_chunk_size or config.model.token_chunk_size,
         loras=tuple(LoraSpec(str(inside(root, lora.path, f"lora[{i}].path")), lora.alpha)

@@ -61,6 +61,7 @@ def status(serving: Serving, event: ModelInfoEvent | None) -> ServerStatus:
                for s in spec.states],
         token_chunk_size=spec.token_chunk_size, max_batch=spec.max_batch,
         tokenizer_path=spec.tokenizer or "", served_name=spec.name, device=spec.device,
+        precision=spec.precision, quant=spec.quant, quant_type=spec.quant_type if spec.quant else "none",
     )
     counters = event.counters
     prompt_rate, generated_rate = serving.throughput.rates(counters)

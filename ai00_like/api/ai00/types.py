@@ -34,15 +34,17 @@ class StateItem(msgspec.Struct, kw_only=True):
 class ReloadRequest(msgspec.Struct, kw_only=True):
     """Body of POST /admin/models/load (Ai00's ReloadRequest); paths are under [model] path.
 
-    Fields Ai00 has but our engine does not use (`precision`, `adapter`, `bnf`, …) are
-    accepted and ignored; quantisation is refused rather than silently skipped.
+    Fields Ai00 has but our engine does not use (`adapter`, `bnf`, …) are accepted and
+    ignored. `precision`, `quant` and `quant_type` (Ai00's spellings or ours) left out take
+    the config's [model] values.
     """
 
     model_path: str
     lora: list[LoraItem] = msgspec.field(default_factory=list)
     state: list[StateItem] = msgspec.field(default_factory=list)
-    quant: int = 0
-    quant_type: str = "None"
+    quant: int | None = None
+    quant_type: str | None = None
+    precision: str | None = None
     token_chunk_size: int | None = None  # None: the config's
     max_batch: int | None = None
     tokenizer_path: str = ""  # empty: the config's tokenizer
@@ -57,8 +59,8 @@ class ReloadInfo(msgspec.Struct, kw_only=True):
     lora: list[LoraItem]
     state: list[StateItem]
     quant: int = 0
-    quant_type: str = "None"
-    precision: str = "Fp32"
+    quant_type: str = "none"
+    precision: str = "fp16"
     token_chunk_size: int
     max_batch: int
     tokenizer_path: str

@@ -49,11 +49,21 @@ import msgspec
 import numpy as np
 
 from ..errors import ModelFileError
-from . import BF16, LAYOUTS, STORAGE_DTYPES, as_float, cast_for_storage, map_file, view_of
+from . import (
+    BF16,
+    LAYOUTS,
+    STORAGE_DTYPES,
+    as_float,
+    cast_for_storage,
+    map_file,
+    view_of,
+)
+from .prefab import join_quantised, split_quantised
 
 LAYOUT_METADATA_KEY = "rwkv_layout"
 
-_DTYPES: dict[str, np.dtype] = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": BF16}
+# U32: the packed words of quantised matrices (prefab.py)
+_DTYPES: dict[str, np.dtype] = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": BF16, "U32": np.dtype("<u4")}
 _WRITE_DTYPES = {"fp32": "F32", "fp16": "F16", "bf16": "BF16"}
 _MAX_HEADER = 100 * 1024 * 1024  # the reference implementation's own limit
 _AI00_SUFFIXES = (".st", ".state", ".lora")
@@ -98,9 +108,10 @@ def read_safetensors_raw(path: str | Path) -> SafetensorsFile:
 def read_safetensors(path: str | Path, *, keep_bf16: bool = False) -> tuple[dict[str, np.ndarray], str]:
     """A model file's tensors under official names and layout, and the layout it was in."""
     raw = read_safetensors_raw(path)
-    family = model_family(raw.tensors)
-    layout = detect_layout(raw.tensors, raw.metadata, path, family=family)
-    tensors = to_official(raw.tensors, layout, family)
+    stored = join_quantised(raw.tensors, raw.metadata, path)
+    family = model_family(stored)
+    layout = detect_layout(stored, raw.metadata, path, family=family)
+    tensors = to_official(stored, layout, family)
     if not keep_bf16:
         tensors = {name: as_float(arr) for name, arr in tensors.items()}
     return tensors, layout
@@ -138,7 +149,7 @@ def _checked_entry(path, name: str, value, data_size: int) -> _Entry:
     except msgspec.ValidationError as e:
         raise ModelFileError(path, f"corrupt safetensors header: tensor '{name}': {e}") from None
     if entry.dtype not in _DTYPES:
-        raise ModelFileError(path, f"tensor '{name}' has dtype {entry.dtype}; only F32, F16 and BF16 are supported")
+        raise ModelFileError(path, f"tensor '{name}' has dtype {entry.dtype}; only F32, F16, BF16 (and U32 in quantised models) are supported")
     begin, end = entry.data_offsets
     if any(d < 0 for d in entry.shape) or not 0 <= begin <= end:
         raise ModelFileError(path, f"corrupt safetensors header: tensor '{name}' has a negative shape or offset")
@@ -326,20 +337,25 @@ def write_safetensors(
     layout "web-rwkv" produces what Ai00's converter writes (Ai00 itself only loads it
     with dtype "fp16"). The layout is also recorded in the metadata, which readers use
     when names and shapes leave it open. Tensors are cast and written one at a time;
-    `on_tensor(name, nbytes)` is called after each (for progress bars).
+    `on_tensor(name, nbytes)` is called after each (for progress bars). Quantised matrices
+    are written as they are (prefab.py), in the official layout only.
     """
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r}; expected one of {LAYOUTS}")
     if dtype not in STORAGE_DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; expected one of {STORAGE_DTYPES}")
-    stored = to_web_rwkv(tensors) if layout == "web-rwkv" else dict(tensors)
+    stored, quantised = split_quantised(tensors)
+    if quantised and layout != "official":
+        raise ValueError("a quantised model is written in the official layout only")
+    stored = to_web_rwkv(stored) if layout == "web-rwkv" else stored
     itemsize = np.dtype(np.float32 if dtype == "fp32" else np.float16).itemsize
-    header: dict[str, object] = {"__metadata__": {LAYOUT_METADATA_KEY: layout}}
+    header: dict[str, object] = {"__metadata__": {LAYOUT_METADATA_KEY: layout, **quantised}}
     offset = 0
     for name, arr in stored.items():
-        nbytes = int(np.prod(arr.shape, dtype=np.int64)) * itemsize
+        packed = arr.dtype == np.uint32
+        nbytes = int(np.prod(arr.shape, dtype=np.int64)) * (4 if packed else itemsize)
         header[name] = {
-            "dtype": _WRITE_DTYPES[dtype],
+            "dtype": "U32" if packed else _WRITE_DTYPES[dtype],
             "shape": list(arr.shape),
             "data_offsets": [offset, offset + nbytes],
         }
@@ -351,7 +367,7 @@ def write_safetensors(
             f.write(len(raw_header).to_bytes(8, "little"))
             f.write(raw_header)
             for name, arr in stored.items():
-                data = cast_for_storage(arr, dtype, name, path)
+                data = np.ascontiguousarray(arr) if arr.dtype == np.uint32 else cast_for_storage(arr, dtype, name, path)
                 f.write(memoryview(data.reshape(-1).view(np.uint8)))
                 if on_tensor:
                     on_tensor(name, data.nbytes)

@@ -91,8 +91,10 @@ class Device:
         limits = adapter.limits
         wanted = ("max-storage-buffer-binding-size", "max-buffer-size", "max-storage-buffers-per-shader-stage",
                   "max-compute-workgroup-storage-size", "max-compute-invocations-per-workgroup")
+        # subgroups: the matrix–vector kernel's reduction (shaders/matvec_subgroup.wgsl)
+        self.subgroups = "subgroup" in adapter.features
         self.device = adapter.request_device_sync(
-            required_features=[],
+            required_features=["subgroup"] if self.subgroups else [],
             required_limits={k: limits[k] for k in wanted if k in limits},
         )
         self.limits = self.device.limits

@@ -30,26 +30,30 @@ class Kernels:
         self._modules: dict[tuple, object] = {}
         self._pipelines: dict[tuple, object] = {}
 
-    def pipeline(self, file: str, entry: str = "main", prelude: str | None = None):
-        """The pipeline of `entry` in `file`, compiled with the file `prelude` before it (how
-        matmul.wgsl gets its fp32 or fp16 weight access)."""
-        key = (file, entry, prelude)
+    def pipeline(self, file: str | tuple[str, ...], entry: str = "main", prelude: str | None = None,
+                 constants: tuple = ()):
+        """The pipeline of `entry` in `file` (or files, concatenated), compiled with the file
+        `prelude` before it (how matmul.wgsl gets its weight access per format) and
+        `constants`, (name, value) pairs declared as `const name: u32` (its tile shape)."""
+        key = (file, entry, prelude, constants)
         if key not in self._pipelines:
-            module = (file, prelude)
+            module = (file, prelude, constants)
             if module not in self._modules:
-                code = (SHADERS / file).read_text()
+                code = "\n".join((SHADERS / f).read_text() for f in ((file,) if isinstance(file, str) else file))
                 if prelude:
                     code = (SHADERS / prelude).read_text() + "\n" + code
-                self._modules[module] = self.device.create_shader_module(label=file, code=code)
+                code = "".join(f"const {name}: u32 = {value}u;\n" for name, value in constants) + code
+                self._modules[module] = self.device.create_shader_module(label=str(file), code=code)
             self._pipelines[key] = self.device.create_compute_pipeline(
                 label=f"{file}:{entry}", layout="auto",
                 compute={"module": self._modules[module], "entry_point": entry},
             )
         return self._pipelines[key]
 
-    def dispatch(self, file: str, entry: str, params: tuple, buffers: list, groups, prelude: str | None = None) -> Dispatch:
+    def dispatch(self, file: str | tuple[str, ...], entry: str, params: tuple, buffers: list, groups, prelude: str | None = None,
+                 constants: tuple = ()) -> Dispatch:
         """Record one dispatch: binding 0 is the params block, then `buffers` as bindings 1…"""
-        pipeline = self.pipeline(file, entry, prelude)
+        pipeline = self.pipeline(file, entry, prelude, constants)
         uniform = self.device.create_buffer_with_data(data=pack_params(*params), usage=wgpu.BufferUsage.UNIFORM)
         entries = [{"binding": 0, "resource": {"buffer": uniform, "offset": 0, "size": uniform.size}}]
         entries += [{"binding": i + 1, "resource": {"buffer": b, "offset": 0, "size": b.size}}

@@ -1,4 +1,5 @@
-"""The WebGPU RWKV model: the same interface as the numpy `CpuModel` (v4, v5.x, v6, v7; fp32 weights).
+"""The WebGPU RWKV model: the same interface as the numpy `CpuModel` (v4, v5.x, v6, v7; fp32 or
+fp16 weights, Int8/NF4 projections).
 
 One batched step runs every slot's rows as one stack (rwkv-spec §4.2): the embedding rows
 are gathered on the CPU, then each layer is a fixed list of compute dispatches over the
@@ -10,6 +11,7 @@ all slots in three buffers, slot-first so a slot's state is one contiguous range
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,20 +23,27 @@ from ..batch import BatchPlan, StepInput
 from ..cpu.blocks import LayerWeights
 from ..cpu.ops import GN_EPS, LN_EPS, as_float32, layer_norm
 from ..info import ModelInfo
+from ..quant import ALIGN, QuantisedMatrix, quant_options, quantise_tensors
 from ..state import State, StatePool, wkv_shape
 from .device import Device
 from .kernels import Kernels
-from .quant import QUANT_TYPES, quantise_int8, quantise_nf4
 
 # Regions of the activation buffer, each `capacity` rows of the widest vector. The six
 # mixed inputs of the v7 time mix are consecutive, in the order of its coefficients (rwkvag).
 REGIONS = ("x", "z", "prev", "xr", "xw", "xk", "xv", "xa", "xg",
            "r", "w", "k", "v", "a", "b", "g", "y", "t", "vfirst", "h")
-MAX_HEAD_SIZE = 64  # the WKV kernels keep one row of a head's state per thread
+MAX_HEAD_SIZE = 64  # the WKV kernels keep one row of a head's state per thread, N ≤ 64 threads
 FORWARD_CHUNK = 256  # tokens per step of `forward`: bounds the activation buffer
-MATVEC_ROWS = 8  # fewer rows than this go through the matrix–vector kernel
+MATVEC_ROWS = 16  # up to this many rows go through the matrix–vector kernels (a decoding batch)
+TILE_N = 4  # weight rows per thread of the tiled kernel; bench/gpu.py compares tile shapes
+
+
+def matmul_tile(rows: int) -> tuple:
+    """The tiled kernel's constants: TM × TILE_N outputs per thread, a block of 16·TM rows —
+    no taller than the rows need (up to 4)."""
+    return (("TM", min(4, 1 << max(0, (rows - 1) // 16).bit_length())), ("TN", TILE_N),
+            ("ROWS", 8 if rows <= 8 else MATVEC_ROWS))
 PROGRAMS_KEPT = 32  # recorded step shapes kept for reuse
-PRECISIONS = ("fp32", "fp16")
 BYTES_PER_WEIGHT = {"fp32": 4, "fp16": 2, "int8": 1.04, "nf4": 0.54}  # with the block scales
 WEIGHT_ACCESS = {  # matmul.wgsl's weight reads per storage format
     "fp32": "weights_f32.wgsl", "fp16": "weights_f16.wgsl", "int8": "weights_int8.wgsl", "nf4": "weights_nf4.wgsl"}
@@ -71,22 +80,23 @@ class Matrix:
 class GpuModel:
     device = "gpu"
     max_binding: int | None = None  # bytes; lower than the adapter's limit to test the splitting
+    use_subgroups = True  # where the adapter has them (off: to compare, in tests and bench/gpu.py)
 
     def __init__(self, tensors: Mapping[str, np.ndarray], info: ModelInfo, max_batch: int = 1,
                  initial_state: State | None = None, progress: Callable[[int, int], None] | None = None,
                  adapter: int = 0, precision: str = "fp32", quant: int = 0, quant_type: str = "int8"):
         """`precision` "fp16" keeps the matrices in f16 (activations, states and sums stay f32).
         `quant` > 0 stores the projections of the first `quant` layers (not the LoRAs, not
-        the head) as `quant_type` "int8" or "nf4" blocks (rwkv-spec §6)."""
-        if precision not in PRECISIONS:
-            raise ValueError(f"unknown precision {precision!r}; expected one of {PRECISIONS}")
-        if quant_type not in QUANT_TYPES:
-            raise ValueError(f"unknown quant_type {quant_type!r}; expected one of {QUANT_TYPES}")
-        self.precision, self.quant, self.quant_type = precision, quant, quant_type
-        if info.version != "4" and info.head_size > MAX_HEAD_SIZE:
-            raise ValueError(f"the GPU kernels take heads of up to {MAX_HEAD_SIZE}, not {info.head_size}")
+        the head) as `quant_type` "int8" or "nf4" blocks (rwkv-spec §6); projections that
+        are already `QuantisedMatrix` (a saved quantised model, or `load_model`'s doing) are
+        uploaded as they are."""
+        precision, quant, quant_type = quant_options(precision, quant, quant_type)
+        check_gpu_shape(info)
+        self.precision = precision
+        if quant:
+            tensors = quantise_tensors(tensors, quant, quant_type)
         self.info = info
-        self.tensors = tensors
+        self.tensors = tensors  # as loaded (LoRAs merged, quantised), for saving
         self.gpu = Device(adapter)
         self.adapter = self.gpu.adapter
         self.kernels = Kernels(self.gpu.device)
@@ -106,7 +116,7 @@ class GpuModel:
                 progress(i + 1, info.n_layer + 1)
         self.ln_out = (vec("ln_out.weight"), vec("ln_out.bias"))
         self.ln_out_gpu = (upload(self.ln_out[0]), upload(self.ln_out[1]))
-        self.head = self._matrix(as_float32(tensors["head.weight"]))
+        self.head = self._matrix(as_float32(tensors["head.weight"]))  # never quantised
         if progress:
             progress(info.n_layer + 1, info.n_layer + 1)
 
@@ -139,9 +149,9 @@ class GpuModel:
 
     def _linears(self, w: LayerWeights, prefix: str, names) -> dict:
         """The projections of a block: the matrices quantisation applies to."""
-        layer = int(w.prefix.split(".")[1])
-        fmt = self.quant_type if layer < self.quant else None
-        return {f"{prefix}{n}": self._matrix(w.matrix(f"{prefix}{n}.weight"), fmt) for n in names}
+        stored = lambda n: w.tensors[f"{w.prefix}{prefix}{n}.weight"]
+        return {f"{prefix}{n}": self._matrix(m if isinstance(m := stored(n), QuantisedMatrix) else w.matrix(
+            f"{prefix}{n}.weight")) for n in names}
 
     def _layer4(self, w: LayerWeights, i: int) -> dict:
         return {
@@ -218,33 +228,38 @@ class GpuModel:
         return self.gpu.device.create_buffer(size=max(4, 4 * floats), usage=STORAGE)
 
     def _upload(self, array: np.ndarray):
-        data = np.ascontiguousarray(array, dtype=np.float32)
+        """float32 values, padded with zeros to 16 bytes (the kernels read some as vec4)."""
+        data = np.ascontiguousarray(array, dtype=np.float32).reshape(-1)
+        data = np.pad(data, (0, -len(data) % 4))
         return self.gpu.device.create_buffer_with_data(data=data, usage=STORAGE)
 
-    def _matrix(self, weights: np.ndarray, fmt: str | None = None) -> Matrix:
-        """A [M, K] matrix in the model's precision, or in `fmt` ("int8"/"nf4") if given."""
-        fmt = fmt or self.precision
+    def _matrix(self, weights: np.ndarray | QuantisedMatrix) -> Matrix:
+        """A [M, K] matrix in the model's precision, or in its quantised format."""
+        fmt = weights.kind if isinstance(weights, QuantisedMatrix) else self.precision
         rows, cols = weights.shape
         limit = self.gpu.limits["max-storage-buffer-binding-size"]
         if self.max_binding:
             limit = min(limit, self.max_binding)
         row_bytes = cols * BYTES_PER_WEIGHT[fmt]
         per_part = max(1, int(limit // row_bytes) - 1)  # one row of slack for padding and scales
-        parts = tuple(self._part(weights[first : first + per_part], first, fmt)
+        if fmt in ("int8", "nf4"):  # parts begin at a block boundary
+            step = ALIGN // math.gcd(cols, ALIGN)
+            per_part = max(step, per_part // step * step)
+        parts = tuple(self._part(weights, first, min(per_part, rows - first))
                       for first in range(0, rows, per_part))
         return Matrix(parts, rows, cols, fmt)
 
-    def _part(self, weights: np.ndarray, first: int, fmt: str) -> Part:
-        words = lambda a: self.gpu.device.create_buffer_with_data(data=a, usage=STORAGE)
-        rows = weights.shape[0]
-        if fmt == "fp32":
+    def _part(self, weights: np.ndarray | QuantisedMatrix, first: int, rows: int) -> Part:
+        words = lambda a: self.gpu.device.create_buffer_with_data(data=np.ascontiguousarray(a), usage=STORAGE)
+        if isinstance(weights, QuantisedMatrix):
+            packed, scales = weights.rows(first, rows)
+            return Part(words(packed), first, rows, words(scales))
+        weights = weights[first : first + rows]
+        if self.precision == "fp32":
             return Part(self._upload(weights), first, rows)
-        if fmt == "fp16":  # f16 pairs, one u32 each
-            halves = np.ascontiguousarray(weights, dtype=np.float16).reshape(-1)
-            halves = np.pad(halves, (0, len(halves) % 2))
-            return Part(words(halves.view(np.uint32)), first, rows)
-        packed, scales = (quantise_int8 if fmt == "int8" else quantise_nf4)(weights)
-        return Part(words(packed), first, rows, words(scales))
+        halves = np.ascontiguousarray(weights, dtype=np.float16).reshape(-1)  # f16 pairs, eight per 16 bytes
+        halves = np.pad(halves, (0, -len(halves) % 8))
+        return Part(words(halves.view(np.uint32)), first, rows)
 
     def _reserve(self, rows: int) -> None:
         """Grow the activation buffers (and forget the recorded steps) to fit `rows` rows."""
@@ -421,17 +436,24 @@ class GpuModel:
         def linear(src, matrix, dst, activation=NONE, accumulate=0, target=None, n_rows=rows,
                    src_shift=0, src_stride=None):
             M, Kdim = matrix.rows, matrix.cols
+            tile = matmul_tile(n_rows)
+            tm = tile[0][1]
             dst_off = 0 if target is not None else off(dst)
             for part in matrix.parts:
                 params = (n_rows, part.rows, Kdim, off(src) + src_shift, src_stride or Kdim, 0, dst_off + part.first,
                           M, activation, accumulate)
-                if n_rows < MATVEC_ROWS:
-                    entry, groups = "matvec", ((part.rows + 3) // 4, n_rows)
+                shader = "matmul.wgsl"
+                if n_rows > 1 and n_rows <= MATVEC_ROWS and Kdim % 8 == 0:
+                    entry, groups = "matvec8_rows", ((part.rows + 3) // 4, 1)
+                elif n_rows < MATVEC_ROWS:
+                    entry, groups = "matvec8" if Kdim % 8 == 0 else "matvec", ((part.rows + 3) // 4, n_rows)
+                    if entry == "matvec8" and self.gpu.subgroups and self.use_subgroups:
+                        shader, entry = ("matmul.wgsl", "matvec_subgroup.wgsl"), "matvec8_subgroup"
                 else:
-                    entry, groups = "matmul_tiled", ((part.rows + 15) // 16, (n_rows + 15) // 16)
+                    entry, groups = "matmul_tiled", (-(-part.rows // (16 * TILE_N)), -(-n_rows // (16 * tm)))
                 buffers = [act, part.buffer, target or act] + ([part.scales] if part.scales is not None else [])
-                out.append(K.dispatch("matmul.wgsl", entry, params, buffers, groups,
-                                      prelude=WEIGHT_ACCESS[matrix.format]))
+                out.append(K.dispatch(shader, entry, params, buffers, groups,
+                                      prelude=WEIGHT_ACCESS[matrix.format], constants=tile))
 
         def multiply(a, b, dst, accumulate=0):
             out.append(K.dispatch("elementwise.wgsl", "mul", (C, off(a), off(b), off(dst), accumulate), [act],
@@ -547,3 +569,10 @@ class GpuModel:
             norm("z", "z", self.ln_out_gpu, wanted)
             linear("z", self.head, None, target=self.logits, n_rows=wanted)
         return out
+
+
+def check_gpu_shape(info: ModelInfo) -> None:
+    """Refuse, with the reason, a model the kernels cannot run (before anything is uploaded)."""
+    if info.version != "4" and info.head_size > MAX_HEAD_SIZE:
+        raise ValueError(f"the GPU backend's WKV kernels take heads of up to {MAX_HEAD_SIZE} channels; this model's "
+                         f"are {info.head_size}: use device='cpu'")

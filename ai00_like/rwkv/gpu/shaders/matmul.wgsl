@@ -1,7 +1,9 @@
 // out[row, m] = act(Σ_k x[row, k] · W[m, k]) (+ out[row, m] when accumulating).
 // W is [M, K] row-major as in the checkpoints ([out, in]), x and out are rows of the
-// activation buffer at element offsets. `matmul_tiled` is the 16×16-tile matrix–matrix
-// kernel for many rows; `matvec` computes 4 outputs of one row per workgroup (decoding).
+// activation buffer at element offsets. `matmul_tiled` is the matrix–matrix kernel for
+// many rows: 16×16 threads, each computing TM × TN outputs (constants prepended by the host,
+// so the bench can compare tile shapes); `matvec8` computes 4 outputs of one row per
+// workgroup (decoding) reading 8 weights per load, `matvec` the same for K not a multiple of 8.
 
 struct Params {
     rows: u32,
@@ -18,7 +20,7 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> src: array<f32>;
-// binding 2 (the weights) and weight_at(i) come from weights_f32.wgsl or weights_f16.wgsl
+// binding 2 (the weights), weight_at(i) and weight8(j) come from weights_<format>.wgsl
 @group(0) @binding(3) var<storage, read_write> dst: array<f32>;
 
 fn activate(v: f32) -> f32 {
@@ -40,47 +42,174 @@ fn store(row: u32, col: u32, acc: f32) {
     dst[o] = v;
 }
 
-const TILE: u32 = 16u;
-var<workgroup> xs: array<array<f32, 16>, 16>;
-var<workgroup> ws: array<array<f32, 16>, 16>;
+const TK: u32 = 16u;  // the K extent of a staged tile
+var<workgroup> xs: array<array<f32, 16>, 16u * TM>;
+var<workgroup> ws: array<array<f32, 16>, 16u * TN>;
 
 @compute @workgroup_size(16, 16)
 fn matmul_tiled(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    let row = wg.y * TILE + lid.y;   // the output row this thread computes
-    let col = wg.x * TILE + lid.x;   // and its column
-    let w_row = wg.x * TILE + lid.y; // the weight row this thread stages
-    var acc = 0.0;
-    for (var k0 = 0u; k0 < p.k; k0 += TILE) {
+    // This thread's outputs: rows row0 + lid.y + 16i, columns col0 + lid.x + 16j.
+    let row0 = wg.y * 16u * TM;
+    let col0 = wg.x * 16u * TN;
+    setup_weights(lid.y * 16u + lid.x);
+    workgroupBarrier();
+    var acc: array<array<f32, TN>, TM>;
+    for (var k0 = 0u; k0 < p.k; k0 += TK) {
         let k = k0 + lid.x;
-        var xv = 0.0;
-        if (row < p.rows && k < p.k) {
-            xv = src[p.x_off + row * p.x_stride + k];
+        for (var i = 0u; i < TM; i++) {
+            let r = row0 + lid.y + 16u * i;
+            var v = 0.0;
+            if (r < p.rows && k < p.k) {
+                v = src[p.x_off + r * p.x_stride + k];
+            }
+            xs[lid.y + 16u * i][lid.x] = v;
         }
-        var wv = 0.0;
-        if (w_row < p.m && k < p.k) {
-            wv = weight_at(p.w_off + w_row * p.k + k);
+        if (p.k % 8u == 0u && p.w_off == 0u) {
+            // 8 weights per load: thread t stages half t % 2 of the tile's row t / 2
+            let t = lid.y * 16u + lid.x;
+            for (var r = t / 2u; r < 16u * TN; r += 128u) {
+                let m = col0 + r;
+                let kh = k0 + 8u * (t % 2u);
+                var w = mat2x4<f32>();
+                if (m < p.m && kh < p.k) {
+                    w = weight8((m * p.k + kh) / 8u);
+                }
+                for (var e = 0u; e < 4u; e++) {
+                    ws[r][8u * (t % 2u) + e] = w[0][e];
+                    ws[r][8u * (t % 2u) + 4u + e] = w[1][e];
+                }
+            }
+        } else {
+            for (var j = 0u; j < TN; j++) {
+                let m = col0 + lid.y + 16u * j;
+                var v = 0.0;
+                if (m < p.m && k < p.k) {
+                    v = weight_at(p.w_off + m * p.k + k);
+                }
+                ws[lid.y + 16u * j][lid.x] = v;
+            }
         }
-        xs[lid.y][lid.x] = xv;
-        ws[lid.y][lid.x] = wv;
         workgroupBarrier();
-        for (var i = 0u; i < TILE; i++) {
-            acc += xs[lid.y][i] * ws[lid.x][i];
+        for (var kk = 0u; kk < TK; kk++) {
+            var b: array<f32, TN>;
+            for (var j = 0u; j < TN; j++) {
+                b[j] = ws[lid.x + 16u * j][kk];
+            }
+            for (var i = 0u; i < TM; i++) {
+                let a = xs[lid.y + 16u * i][kk];
+                for (var j = 0u; j < TN; j++) {
+                    acc[i][j] = fma(a, b[j], acc[i][j]);
+                }
+            }
         }
         workgroupBarrier();
     }
-    if (row < p.rows && col < p.m) {
-        store(row, col, acc);
+    for (var i = 0u; i < TM; i++) {
+        for (var j = 0u; j < TN; j++) {
+            let r = row0 + lid.y + 16u * i;
+            let c = col0 + lid.x + 16u * j;
+            if (r < p.rows && c < p.m) {
+                store(r, c, acc[i][j]);
+            }
+        }
     }
 }
 
 const THREADS: u32 = 64u;
 var<workgroup> partial: array<vec4<f32>, 64>;
 
+fn reduce_and_store(row: u32, m0: u32, lid: u32, acc: vec4<f32>) {
+    reduce_and_store_if(row, m0, lid, acc, true);
+}
+
+// (every invocation calls this, `valid` or not: it has barriers)
+fn reduce_and_store_if(row: u32, m0: u32, lid: u32, acc: vec4<f32>, valid: bool) {
+    partial[lid] = acc;
+    workgroupBarrier();
+    for (var s = THREADS / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            partial[lid] += partial[lid + s];
+        }
+        workgroupBarrier();
+    }
+    if (valid && lid < 4u && m0 + lid < p.m) {
+        store(row, m0 + lid, partial[0][lid]);
+    }
+    workgroupBarrier();  // partial is reused by the next call
+}
+
+// this thread's share of 4 outputs of one row: K is a multiple of 8 and w_off 0, and
+// consecutive threads read consecutive 8-weight groups
+fn matvec8_sum(row: u32, m0: u32, lid: u32) -> vec4<f32> {
+    let k8 = p.k / 8u;
+    // rows past the end repeat the last one and are not stored
+    let w0 = m0 * k8;
+    let w1 = min(m0 + 1u, p.m - 1u) * k8;
+    let w2 = min(m0 + 2u, p.m - 1u) * k8;
+    let w3 = min(m0 + 3u, p.m - 1u) * k8;
+    let xb = p.x_off + row * p.x_stride;
+    var acc = vec4<f32>(0.0);
+    for (var j = lid; j < k8; j += THREADS) {
+        let k = xb + 8u * j;
+        let x = mat2x4<f32>(vec4<f32>(src[k], src[k + 1u], src[k + 2u], src[k + 3u]),
+                            vec4<f32>(src[k + 4u], src[k + 5u], src[k + 6u], src[k + 7u]));
+        let a = weight8(w0 + j);
+        let b = weight8(w1 + j);
+        let c = weight8(w2 + j);
+        let d = weight8(w3 + j);
+        acc += vec4<f32>(dot(a[0], x[0]) + dot(a[1], x[1]), dot(b[0], x[0]) + dot(b[1], x[1]),
+                         dot(c[0], x[0]) + dot(c[1], x[1]), dot(d[0], x[0]) + dot(d[1], x[1]));
+    }
+    return acc;
+}
+
+@compute @workgroup_size(64)
+fn matvec8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    setup_weights(lid.x);
+    workgroupBarrier();
+    reduce_and_store(wg.y, wg.x * 4u, lid.x, matvec8_sum(wg.y, wg.x * 4u, lid.x));
+}
+
+// 4 outputs of each of up to ROWS rows per workgroup (a small batch): the weights are read
+// once for all the rows, not once per row. K is a multiple of 8 and w_off 0.
+@compute @workgroup_size(64)
+fn matvec8_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    setup_weights(lid.x);
+    workgroupBarrier();
+    let m0 = wg.x * 4u;
+    let row0 = wg.y * ROWS;
+    let k8 = p.k / 8u;
+    let w0 = m0 * k8;
+    let w1 = min(m0 + 1u, p.m - 1u) * k8;
+    let w2 = min(m0 + 2u, p.m - 1u) * k8;
+    let w3 = min(m0 + 3u, p.m - 1u) * k8;
+    var acc: array<vec4<f32>, ROWS>;
+    for (var j = lid.x; j < k8; j += THREADS) {
+        let a = weight8(w0 + j);
+        let b = weight8(w1 + j);
+        let c = weight8(w2 + j);
+        let d = weight8(w3 + j);
+        for (var r = 0u; r < ROWS; r++) {
+            if (row0 + r < p.rows) {
+                let k = p.x_off + (row0 + r) * p.x_stride + 8u * j;
+                let x = mat2x4<f32>(vec4<f32>(src[k], src[k + 1u], src[k + 2u], src[k + 3u]),
+                                    vec4<f32>(src[k + 4u], src[k + 5u], src[k + 6u], src[k + 7u]));
+                acc[r] += vec4<f32>(dot(a[0], x[0]) + dot(a[1], x[1]), dot(b[0], x[0]) + dot(b[1], x[1]),
+                                    dot(c[0], x[0]) + dot(c[1], x[1]), dot(d[0], x[0]) + dot(d[1], x[1]));
+            }
+        }
+    }
+    for (var r = 0u; r < ROWS; r++) {
+        reduce_and_store_if(row0 + r, m0, lid.x, acc[r], row0 + r < p.rows);
+    }
+}
+
 @compute @workgroup_size(64)
 fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    setup_weights(lid.x);
+    workgroupBarrier();
     let row = wg.y;
     let m0 = wg.x * 4u;
-    // rows past the end repeat the last one and are not stored
     let m1 = min(m0 + 1u, p.m - 1u);
     let m2 = min(m0 + 2u, p.m - 1u);
     let m3 = min(m0 + 3u, p.m - 1u);
@@ -92,15 +221,5 @@ fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
             weight_at(p.w_off + m2 * p.k + k), weight_at(p.w_off + m3 * p.k + k));
         acc += w * xv;
     }
-    partial[lid.x] = acc;
-    workgroupBarrier();
-    for (var s = THREADS / 2u; s > 0u; s >>= 1u) {
-        if (lid.x < s) {
-            partial[lid.x] += partial[lid.x + s];
-        }
-        workgroupBarrier();
-    }
-    if (lid.x < 4u && m0 + lid.x < p.m) {
-        store(row, m0 + lid.x, partial[0][lid.x]);
-    }
+    reduce_and_store(row, m0, lid.x, acc);
 }

@@ -8,3 +8,15 @@ fn weight_at(i: u32) -> f32 {
     let bounds = unpack2x16float(scales[i >> 7u]);
     return fma(q, bounds.y - bounds.x, bounds.x);
 }
+
+// weights 8j … 8j+7 (two words, one block)
+fn weight8(j: u32) -> mat2x4<f32> {
+    let bounds = unpack2x16float(scales[j >> 4u]);
+    let span = vec4<f32>(bounds.y - bounds.x);
+    let low = vec4<f32>(bounds.x);
+    return mat2x4<f32>(fma(unpack4x8unorm(weight[2u * j]), span, low),
+                       fma(unpack4x8unorm(weight[2u * j + 1u]), span, low));
+}
+
+// called by every invocation at the start of a matmul.wgsl kernel, before a barrier
+fn setup_weights(t: u32) {}
