@@ -25,14 +25,14 @@ def without_numba(monkeypatch):
 
 @pytest.mark.parametrize("name", [n for n in sorted(test_conformance.CASES) if n.startswith(("v5.2", "v6", "v7"))])
 def test_matches_golden_logits(name):
-    test_conformance.test_matches_golden_logits(name)
+    test_conformance.test_matches_golden_logits(name, "numpy")
 
 
 @pytest.mark.parametrize("version", ["5.2", "6", "7"])
 def test_batch_of_unrelated_sequences_matches_alone(version):
-    test_invariance.test_batch_of_unrelated_sequences_matches_alone(version)
+    test_invariance.test_batch_of_unrelated_sequences_matches_alone(version, "numpy")
 
 
 @pytest.mark.parametrize("version", ["5.2", "6", "7"])
 def test_chunking_does_not_change_logits(version):
-    test_invariance.test_chunking_does_not_change_logits(version)
+    test_invariance.test_chunking_does_not_change_logits(version, "numpy")
