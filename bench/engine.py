@@ -5,6 +5,12 @@ A seeded v7 checkpoint of the 0.1B shape (L12, D768, V65536) in fp32, saved once
 prefill tokens/s of a 512-token prompt, decode tokens/s at batch 1, 4 and 16, and the
 process's peak memory. Prints a table, then one JSON line of results and ratios.
 
+Each library picks its own CPU kernels, as it does on a user's machine: numpy's OpenBLAS
+by its CPU detection, torch's MKL by its own. An environment that pins OpenBLAS to an
+older kernel set (OPENBLAS_CORETYPE, which MKL ignores) would handicap only our side, so
+the variable is left out of both runs; when it is set, our engine also runs under it and
+both rows are printed.
+
     .venv/bin/python bench/engine.py            # needs torch==2.13.0 and rwkv==0.8.32
     .venv/bin/python bench/engine.py --quick    # a smaller model, for a smoke run
 """
@@ -49,7 +55,9 @@ def best_of(n, fn):
 OURS = COMMON + """
 from ai00_like.rwkv import load_model
 from ai00_like.rwkv.batch import StepInput
-t = time.perf_counter(); model = load_model(path, max_batch=max(batches)); load_s = time.perf_counter() - t
+from threadpoolctl import threadpool_info
+t = time.perf_counter(); model = load_model(path, device="cpu", max_batch=max(batches)); load_s = time.perf_counter() - t
+blas = next((f"{i['internal_api']} {i.get('architecture')}" for i in threadpool_info() if i["user_api"] == "blas"), "?")
 model.forward(prompt[:64])  # warm-up
 prefill_s = best_of(2, lambda: model.forward(prompt))
 decode = {}
@@ -60,7 +68,8 @@ for b in batches:
         for _ in range(steps):  # each step's logits dropped, as the server does after sampling
             model.step(inputs)
     decode[b] = b * steps / best_of(3, decode_steps)
-print(json.dumps({"load_s": load_s, "prefill_tps": prompt_len / prefill_s, "decode_tps": decode, "peak_mb": peak_mb()}))
+print(json.dumps({"load_s": load_s, "prefill_tps": prompt_len / prefill_s, "decode_tps": decode, "peak_mb": peak_mb(),
+                  "blas": blas}))
 """
 
 REFERENCE = COMMON + """
@@ -95,9 +104,11 @@ def checkpoint(shape: str) -> tuple[Path, int]:
     return path, nbytes
 
 
-def run(code: str, path: Path, env_extra: dict, batches) -> dict:
-    env = dict(os.environ, BENCH_THREADS=str(THREADS), OMP_NUM_THREADS=str(THREADS),
-               OPENBLAS_NUM_THREADS=str(THREADS), **env_extra)
+def run(code: str, path: Path, env_extra: dict, batches, blas_coretype: str | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    env.update(BENCH_THREADS=str(THREADS), OMP_NUM_THREADS=str(THREADS), OPENBLAS_NUM_THREADS=str(THREADS), **env_extra)
+    if blas_coretype:
+        env["OPENBLAS_CORETYPE"] = blas_coretype
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(path), str(PROMPT), str(DECODE_STEPS),
                           json.dumps(list(batches))], env=env, capture_output=True, text=True)
     if out.returncode != 0:
@@ -113,10 +124,12 @@ def main() -> None:
     shape = "quick" if args.quick else "0.1B"
     path, weight_bytes = checkpoint(shape)
     ours = run(OURS, path, {}, BATCHES)
+    pinned_coretype = os.environ.get("OPENBLAS_CORETYPE")
+    pinned = run(OURS, path, {}, BATCHES, pinned_coretype) if pinned_coretype else None
     ref = None if args.no_reference else run(REFERENCE, path, {"RWKV_V7_ON": "1", "RWKV_JIT_ON": "1"}, (1,))
     weights_mb = weight_bytes / 2**20
 
-    print(f"v7 {shape}, fp32 weights {weights_mb:.0f} MiB, {THREADS} threads")
+    print(f"v7 {shape}, fp32 weights {weights_mb:.0f} MiB, {THREADS} threads; our BLAS: {ours['blas']}")
     print(f"{'':24}{'ours':>12}{'reference':>12}{'ratio':>8}")
 
     def row(label, a, b):
@@ -128,15 +141,23 @@ def main() -> None:
     for b in BATCHES:
         row(f"decode batch {b} tok/s", ours["decode_tps"][str(b)], ref_b1)
     row("peak memory MiB", ours["peak_mb"], ref and ref["peak_mb"])
+    if pinned:
+        print(f"ours with the environment's OPENBLAS_CORETYPE={pinned_coretype} ({pinned['blas']}):")
+        row(f"prefill {PROMPT} tok/s", pinned["prefill_tps"], ref and ref["prefill_tps"])
+        for b in BATCHES:
+            row(f"decode batch {b} tok/s", pinned["decode_tps"][str(b)], ref_b1)
     result = {
         "shape": shape,
         "weights_mb": weights_mb,
         "ours": ours,
         "reference": ref,
+        "ours_pinned_blas": pinned,
         "ratios": {
             "prefill": ref and ours["prefill_tps"] / ref["prefill_tps"],
             **{f"decode_b{b}_vs_ref_b1": ref and ours["decode_tps"][str(b)] / ref_b1 for b in BATCHES},
             "peak_memory_vs_weights": ours["peak_mb"] / weights_mb,
+            "prefill_pinned_blas": ref and pinned and pinned["prefill_tps"] / ref["prefill_tps"],
+            "decode_b16_pinned_blas_vs_ref_b1": ref and pinned and pinned["decode_tps"]["16"] / ref_b1,
         },
     }
     print(json.dumps(result))

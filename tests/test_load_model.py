@@ -25,3 +25,33 @@ def test_any_storage_gives_the_model_of_its_widened_weights(tmp_path, fmt, dtype
     tokens = [5, 17, 250, 3, 99]
     np.testing.assert_array_equal(model.forward(tokens)[0], reference.forward(tokens)[0])
     assert calls[-1] == (4, 4) and [d for d, _ in calls] == sorted(d for d, _ in calls)
+
+
+def _mapped_bytes(arr: np.ndarray) -> int:
+    """Bytes of `arr`'s pages mapped into this process (Linux's /proc/self/pagemap)."""
+    import mmap
+
+    page = mmap.PAGESIZE
+    address = arr.__array_interface__["data"][0]
+    first, last = address // page, (address + arr.nbytes - 1) // page
+    with open("/proc/self/pagemap", "rb") as f:
+        f.seek(first * 8)
+        entries = np.frombuffer(f.read(8 * (last - first + 1)), dtype=np.uint64)
+    return int((entries >> np.uint64(63)).sum()) * page
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/pagemap"), reason="needs Linux's pagemap")
+@pytest.mark.parametrize("fmt,dtype", [("pth", "fp32"), ("st", "fp16")])
+def test_a_prompt_does_not_leave_the_embedding_resident(tmp_path, fmt, dtype):
+    # A 64k × 64 embedding (16 MB in fp32): each of a prompt's rows would otherwise map at
+    # least a page of its neighbours, or a whole 2 MB folio of the page cache.
+    tensors = make_checkpoint("7", n_layer=1, n_embd=64, head_size=32, vocab=65536, seed=3)
+    path = tmp_path / f"m.{fmt}"
+    (write_pth(tensors, path, dtype=dtype) if fmt == "pth" else write_safetensors(tensors, path, dtype=dtype))
+    model = load_model(path, device="cpu", max_batch=2)
+    prompt = np.random.default_rng(0).integers(0, 65536, 300).tolist()
+    logits, _ = model.forward(prompt)
+    assert _mapped_bytes(model.emb) <= 64 * 4096  # a few pages at most, not 300 rows' worth
+    expected = CpuModel(make_checkpoint("7", n_layer=1, n_embd=64, head_size=32, vocab=65536, seed=3),
+                        model.info).forward(prompt)[0]
+    np.testing.assert_allclose(logits, expected, rtol=0, atol=2e-2 if dtype == "fp16" else 1e-5)

@@ -6,19 +6,29 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
 from ..batch import BatchPlan, StepInput
-from ..formats import as_float
+from ..formats import as_float, gather_rows
 from ..info import ModelInfo
 from ..state import State, StatePool
 from .blocks import Context, make_blocks
-from .ops import SKINNY_ROWS, as_float32, layer_norm, linear, threads_for, token_shift
+from .ops import (
+    SKINNY_ROWS,
+    as_float32,
+    layer_norm,
+    linear,
+    pinned_blas_note,
+    threads_for,
+    token_shift,
+)
 from .skinny import skinny_matmul
 
 HEAD_BLOCK = 2048  # rows of the head per product when decoding a batch
+log = logging.getLogger(__name__)
 
 
 class CpuModel:
@@ -50,6 +60,8 @@ class CpuModel:
         if progress:
             progress(info.n_layer + 1, info.n_layer + 1)
         self.pool = StatePool(info, max_batch, initial_state)
+        if note := pinned_blas_note():
+            log.warning(note)
         if skinny_matmul is not None:
             # numba compiles each kernel for the argument types it first sees (a read-only
             # mapped weight is a type of its own): a 2-slot step on a scratch pool does it
@@ -137,7 +149,7 @@ class CpuModel:
         return results
 
     def _layers(self, ids: np.ndarray, plan: BatchPlan, pool: StatePool) -> np.ndarray:
-        x = layer_norm(np.asarray(as_float(self.emb[ids]), dtype=np.float32), *self.ln0)
+        x = layer_norm(np.asarray(as_float(gather_rows(self.emb, ids)), dtype=np.float32), *self.ln0)
         ctx = Context()
         for i, (time_mix, channel_mix) in enumerate(self.blocks):
             ln1_w, ln1_b, ln2_w, ln2_b = self.norms[i]

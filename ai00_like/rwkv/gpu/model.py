@@ -22,6 +22,7 @@ import wgpu
 from ..batch import BatchPlan, StepInput
 from ..cpu.blocks import LayerWeights
 from ..cpu.ops import GN_EPS, LN_EPS, as_float32, layer_norm
+from ..formats import gather_rows
 from ..info import ModelInfo
 from ..quant import ALIGN, QuantisedMatrix, quant_options, quantise_tensors
 from ..state import State, StatePool, wkv_shape
@@ -387,7 +388,7 @@ class GpuModel:
         table[5 * cap : 5 * cap + len(wanted)] = wanted
         queue = self.gpu.device.queue
         queue.write_buffer(self.plan_buffer, 0, table)
-        queue.write_buffer(self.act, 0, np.ascontiguousarray(self.emb[ids], dtype=np.float32))
+        queue.write_buffer(self.act, 0, np.ascontiguousarray(gather_rows(self.emb, ids), dtype=np.float32))
         self.kernels.run(self._program(rows, len(active), len(wanted)))
         if not wanted:
             return results
