@@ -8,14 +8,20 @@ would write, the grammar makes every reply parse, and validate against its schem
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import re
 import threading
+import weakref
+from collections import OrderedDict
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Annotated
 
 import jsonschema
+import llguidance
+import msgspec
 import openai
 import pytest
 from api_helpers import SCHEMAS, ServerThread, config_for, payloads, write_model
@@ -24,10 +30,13 @@ from openai.types.chat import (
     ChatCompletionMessageFunctionToolCall,
 )
 from openai.types.chat.chat_completion_message_function_tool_call import Function
+from ops_helpers import parse_metrics
 from pydantic import BaseModel, Field
 
-from ai00_like.api.oai.tools import ToolCallReader, call_text, with_tools
+from ai00_like.api.oai.structured import structured_output
+from ai00_like.api.oai.tools import CLOSE, ToolCallReader, call_text, with_tools
 from ai00_like.api.oai.types import (
+    ChatCompletionRequest,
     ChatMessage,
     FunctionCallIn,
     FunctionDef,
@@ -36,6 +45,7 @@ from ai00_like.api.oai.types import (
 )
 from ai00_like.api.prompt import render_chat
 from ai00_like.rwkv.tokenizer import default_tokenizer_path, load_tokenizer
+from ai00_like.sampler import grammar as grammar_module
 from ai00_like.sampler.grammar import compile_grammar
 from ai00_like.sampler.kbnf import AI00_README_EXAMPLE, kbnf_to_lark
 
@@ -234,6 +244,64 @@ def test_response_format_on_completions(client, model):
     jsonschema.validate(json.loads(reply.choices[0].text), schema)
 
 
+def test_json_object_on_completions(server, client, model):
+    """The reply is one JSON object and ends where it closes. The bias only helps a weak model
+    close its strings (the demo model's King James English has no quotation marks)."""
+    tokenizer = server.serving.model.tokenizer
+    closing = {str(tokenizer.encode(c)[0]): 100 for c in '"}'}
+    reply = client.completions.create(model=model, prompt="A record:", max_tokens=200, temperature=0,
+                                      logit_bias=closing, extra_body={"response_format": {"type": "json_object"}})
+    choice = reply.choices[0]
+    assert choice.finish_reason == "stop", choice
+    assert isinstance(json.loads(choice.text), dict), choice.text
+
+
+# ------------------------------------------------------------------------------ caching
+
+
+class Builds:
+    """Counts the calls of an llguidance constructor; everything else passes through."""
+
+    def __init__(self, real):
+        self.real, self.count = real, 0
+
+    def __call__(self, *args, **kwargs):
+        self.count += 1
+        return self.real(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+def test_vocabulary_index_and_grammar_are_built_once(client, model, monkeypatch):
+    """Identical requests build the vocabulary index and compile the schema once; the next ones
+    start from copies of the cached grammar (and so answer the same)."""
+    monkeypatch.setattr(grammar_module, "_vocabularies", weakref.WeakKeyDictionary())  # as after a start
+    monkeypatch.setattr(grammar_module, "_compiled", OrderedDict())
+    index = Builds(llguidance.LLTokenizer)
+    matcher = Builds(llguidance.LLMatcher)
+    monkeypatch.setattr(llguidance, "LLTokenizer", index)
+    monkeypatch.setattr(llguidance, "LLMatcher", matcher)
+
+    def ask(schema):
+        reply = client.chat.completions.create(
+            model=model, messages=USER, max_tokens=100, temperature=0,
+            response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema, "strict": True}})
+        assert reply.choices[0].finish_reason == "stop", reply
+        jsonschema.validate(json.loads(reply.choices[0].message.content), schema)
+        return reply.choices[0].message.content
+
+    schema = {"type": "object", "properties": {"size": {"enum": ["small", "large"]}, "n": {"type": "integer",
+              "minimum": 0, "maximum": 99}}, "required": ["size", "n"], "additionalProperties": False}
+    first = ask(schema)
+    assert (index.count, matcher.count) == (1, 1)
+    assert ask(schema) == first
+    assert ask(schema) == first
+    assert (index.count, matcher.count) == (1, 1)
+    ask({**schema, "required": ["size"]})  # another schema is compiled, on the same index
+    assert (index.count, matcher.count) == (1, 2)
+
+
 # ------------------------------------------------------------------------------ tools
 
 
@@ -320,6 +388,79 @@ def test_named_tool_choice_and_parallel_calls(server, client, model):
     whole = {(c["index"], k): [call["function"]["name"], call["function"]["arguments"]]
              for c in raw_json["choices"] for k, call in enumerate(c["message"]["tool_calls"])}
     assert calls == whole
+
+
+def tool_grammar(body: dict):
+    """The compiled grammar of a chat request's output constraints, on the World vocabulary."""
+    req = msgspec.convert({"messages": USER, **body}, ChatCompletionRequest)
+    model = SimpleNamespace(info=SimpleNamespace(vocab=65536), tokenizer=WORLD)
+    return asyncio.run(structured_output(req, model, chat=True)).grammar
+
+
+@pytest.mark.parametrize("parallel", [None, True, False])
+def test_parallel_tool_calls_decide_whether_a_second_call_may_follow(parallel):
+    flag = {} if parallel is None else {"parallel_tool_calls": parallel}  # not given: on, as OpenAI
+    grammar = tool_grammar({"tools": TOOLS, "tool_choice": "required", **flag})
+    one = " " + call_text("get_weather", '{"city": "Paris", "unit": "C"}')
+    two = one + "\n" + call_text("get_time", '{"zone": -3}')
+    assert accepts(grammar, one)
+    assert accepts(grammar, two) == (parallel is not False)
+    assert accepts(grammar, two + "\n" + call_text("get_time", '{"zone": 4}')) == (parallel is not False)
+    assert not accepts(grammar, one + "\n")  # a call separator is always followed by a call
+
+
+def streamed_calls(server, body: dict) -> tuple[list[list], list[str]]:
+    """A streamed chat's calls as [id, name, arguments] by their delta index, and its finish reasons."""
+    raw = server.post("/v1/chat/completions", {**body, "stream": True})
+    assert raw.status == 200, raw
+    calls, finish = {}, []
+    for chunk in stream_chunks(raw):
+        for choice in chunk["choices"]:
+            finish += [choice["finish_reason"]] if choice["finish_reason"] else []
+            for piece in choice["delta"].get("tool_calls", ()):
+                if "id" in piece:  # a new call: its index is the next one, never one already used
+                    assert piece["index"] == len(calls), (piece, calls)
+                    calls[piece["index"]] = [piece["id"], piece["function"]["name"], ""]
+                calls[piece["index"]][2] += piece["function"].get("arguments", "")
+    return [calls[k] for k in sorted(calls)], finish
+
+
+def test_parallel_tool_calls_end_to_end(server, client, model):
+    """Biased towards the newline that separates calls, the model makes call after call when
+    parallel calls are on (the default), and exactly one when they are off."""
+    [newline] = server.serving.model.tokenizer.encode("\n")
+    body = {"model": model, "messages": USER, "tools": TOOLS, "tool_choice": "required", "max_tokens": 300,
+            "temperature": 0, "logit_bias": {str(newline): 100}}
+    reply = client.chat.completions.create(**body)
+    message, finish = reply.choices[0].message, reply.choices[0].finish_reason
+    check_calls(message, finish)
+    assert finish == "length" and len(message.tool_calls) >= 3, message  # ≥ 2 whole calls, then a cut one
+    calls, finishes = streamed_calls(server, body)
+    assert finishes == ["length"]
+    assert [c[1:] for c in calls] == [[c.function.name, c.function.arguments] for c in message.tool_calls]
+    assert len({c[0] for c in calls}) == len(calls)
+
+    reply = client.chat.completions.create(**body, parallel_tool_calls=False)
+    message, finish = reply.choices[0].message, reply.choices[0].finish_reason
+    check_calls(message, finish)
+    assert finish == "tool_calls" and len(message.tool_calls) == 1, message
+
+
+def test_calls_released_together_stream_with_their_own_indices(server, client, model):
+    """A stop string can hold text back until two calls' names are known at once; each call
+    still streams under its own index."""
+    [newline] = server.serving.model.tokenizer.encode("\n")
+    body = {"model": model, "messages": USER, "tools": TOOLS, "tool_choice": "required", "max_tokens": 300,
+            "temperature": 0, "logit_bias": {str(newline): 100}}
+    first, second = client.chat.completions.create(**body).choices[0].message.tool_calls[:2]
+    # Stop strings that match both calls until the second one's closing tag, where they ask for
+    # an "X" the grammar forbids: everything up to there is held back, then released at once.
+    stop = [call_text(first.function.name, first.function.arguments) + separator
+            + call_text(second.function.name, second.function.arguments).removesuffix(CLOSE) + "X"
+            for separator in ("\n", "\n ")]  # a call may begin with a space
+    calls, _ = streamed_calls(server, {**body, "stop": stop})
+    assert [c[1:] for c in calls[:2]] == [[first.function.name, first.function.arguments],
+                                          [second.function.name, second.function.arguments]]
 
 
 def test_auto_tool_choice_gives_text_or_valid_calls(client, model):
@@ -421,13 +562,56 @@ def test_langchain_with_structured_output(server, model):
     ({"tool_choice": "required"}, "tool_choice"),
     ({"tool_choice": "sometimes", "tools": TOOLS}, "tool_choice"),
 ])
-def test_what_does_not_compile_is_a_400_before_generation(server, model, body, param):
-    raw = server.post("/v1/chat/completions", {"model": model, "messages": USER, **body})
+@pytest.mark.parametrize("stream", [False, True])
+def test_what_does_not_compile_is_a_400_before_generation(server, model, body, param, stream):
+    before = backend_work(server)
+    raw = server.post("/v1/chat/completions", {"model": model, "messages": USER, "stream": stream, **body})
+    # Streamed or not, a plain HTTP 400 with OpenAI's envelope, not an error event in a stream.
     assert raw.status == 400, raw
+    assert raw.headers["content-type"].startswith("application/json"), raw.headers
     SCHEMAS.check("ErrorResponse", raw.json())
     error = raw.json()["error"]
     assert error["param"] == param, error
     assert error["message"]
+    assert backend_work(server) == before  # the backend never saw the request
+
+
+def backend_work(server) -> tuple[float, float]:
+    """Prompts the backend has looked up and tokens it has generated, from /metrics."""
+    raw = server.get("/metrics")
+    assert raw.status == 200, raw
+    values = parse_metrics(raw.body.decode())
+    return values["rwkv:state_cache_queries_total"], values["rwkv:generation_tokens_total"]
+
+
+@pytest.mark.parametrize("where", ["response_format", "tools"])
+def test_strict_refuses_what_it_cannot_enforce_and_lax_ignores_it(server, client, model, where):
+    """uniqueItems is a keyword llguidance does not enforce: 400 with strict, ignored without."""
+    picks = {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3}
+    enforceable = {"type": "object", "properties": {"picks": picks}, "required": ["picks"],
+                   "additionalProperties": False}
+    schema = {**enforceable, "properties": {"picks": {**picks, "uniqueItems": True}}}
+
+    def body(**strict):
+        if where == "response_format":
+            return {"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": schema,
+                                                                               **strict}}}
+        return {"tools": [{"type": "function", "function": {"name": "pick", "parameters": schema, **strict}}],
+                "tool_choice": "required", "parallel_tool_calls": False}
+
+    for strict in ({}, {"strict": False}):  # first, so the lax grammar is in the cache when strict asks
+        reply = client.chat.completions.create(model=model, messages=USER, max_tokens=100, temperature=0,
+                                               extra_body=body(**strict))
+        choice = reply.choices[0]
+        assert choice.finish_reason == ("stop" if where == "response_format" else "tool_calls"), choice
+        text = choice.message.content if where == "response_format" else choice.message.tool_calls[0].function.arguments
+        jsonschema.validate(json.loads(text), enforceable)  # the rest of the schema still holds
+    raw = server.post("/v1/chat/completions", {"model": model, "messages": USER, **body(strict=True)})
+    assert raw.status == 400, raw
+    SCHEMAS.check("ErrorResponse", raw.json())
+    error = raw.json()["error"]
+    param = "response_format.json_schema.schema" if where == "response_format" else "tools[0].function.parameters"
+    assert error["param"] == param and "uniqueItems" in error["message"], error
 
 
 # ------------------------------------------------------------------------------ KBNF dialect

@@ -10,15 +10,34 @@ from ..body import decode_body
 from ..prompt import DEFAULT_CHAT_STOP, render_chat
 from ..serving import Serving
 from .generation import (
-    GenerationRun, StreamFormat, chat_logprobs, check_logit_bias, fingerprint, max_tokens, new_id, now,
-    sampling_options, stop_strings, stream,
+    GenerationRun,
+    StreamFormat,
+    chat_logprobs,
+    check_logit_bias,
+    fingerprint,
+    max_tokens,
+    new_id,
+    now,
+    sampling_options,
+    stop_strings,
+    stream,
 )
 from .state import requested_state
 from .structured import structured_output
 from .tools import ToolCallReader, with_tools
 from .types import (
-    AssistantMessage, ChatChoice, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, ChunkChoice, Delta,
-    FunctionCall, FunctionCallDelta, ToolCall, ToolCallDelta, Usage,
+    AssistantMessage,
+    ChatChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChunkChoice,
+    Delta,
+    FunctionCall,
+    FunctionCallDelta,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
 )
 
 DEFAULT_MAX_TOKENS = 256  # Ai00's default; OpenAI's is "whatever fits", which an RNN does not bound
@@ -114,7 +133,9 @@ class ChatStream(StreamFormat):
             if event[0] == "content":
                 text += event[1]
             elif event[0] == "call":
-                number = len([c for c in self.readers[index].calls if c is not event[1]])
+                # Its place among the reply's calls: one push can name several (text a stop
+                # string held back), so not "the calls read so far".
+                number = next(k for k, c in enumerate(self.readers[index].calls) if c is event[1])
                 calls.append(ToolCallDelta(index=number, id=event[1].id, type="function",
                                            function=FunctionCallDelta(name=event[1].name, arguments="")))
             else:
