@@ -6,9 +6,11 @@ and a folder beside it that holds a "secret"): a refusal must leave every file a
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import os
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -92,9 +94,10 @@ def tree(tmp_path_factory):
     (base / "assets" / "models" / "slip-link.zip").write_bytes(make_zip({"ok.txt": b"1"}, symlink=str(outside)))
     (base / "assets" / "models" / "bomb.zip").write_bytes(make_zip({"zeros.bin": bytes(4 << 20)}))
     clash = io.BytesIO()
-    with zipfile.ZipFile(clash, "w") as z, pytest.warns(UserWarning):
+    with zipfile.ZipFile(clash, "w") as z:
         z.writestr("same.txt", b"1")
-        z.writestr("same.txt", b"2")
+        with pytest.warns(UserWarning, match="Duplicate name"):
+            z.writestr("same.txt", b"2")
     (base / "assets" / "models" / "clash.zip").write_bytes(clash.getvalue())
     (base / "assets" / "models" / "liar.zip").write_bytes(lying_zip(bytes(4 << 20), declared=100))
     return top
@@ -169,6 +172,56 @@ def test_config_load_and_save(server, tree):
     assert [p.name for p in (tree / "srv/assets/configs").iterdir()] == ["app.toml"]  # no temp file left
 
 
+def test_config_save_keeps_the_file_mode(server, tree):
+    configs = tree / "srv/assets/configs"
+    (configs / "app.toml").chmod(0o640)
+    r = post(server, "/admin/files/config/save", {"path": "assets/configs/app.toml", "config": GOOD_CONFIG})
+    assert r.status == 200, r
+    assert (configs / "app.toml").stat().st_mode & 0o777 == 0o640
+    # A new config gets the mode any new file gets here (not the temporary file's 0600).
+    (tree / "reference").write_text("")
+    r = post(server, "/admin/files/config/save", {"path": "assets/configs/new.toml", "config": GOOD_CONFIG})
+    assert r.status == 200, r
+    try:
+        assert (configs / "new.toml").stat().st_mode & 0o777 == (tree / "reference").stat().st_mode & 0o777
+    finally:
+        (configs / "new.toml").unlink()
+        (tree / "reference").unlink()
+
+
+@pytest.mark.parametrize("failing", ["fsync", "replace", "mkstemp"])
+def test_a_config_save_the_disk_refuses_leaves_the_old_file(server, tree, monkeypatch, failing):
+    """A write that fails (disk full while writing, a rename or a temp file refused): a 500
+    naming the file and the reason, the old config as it was, no temp file left, and the
+    server goes on serving."""
+    configs = tree / "srv/assets/configs"
+    new = GOOD_CONFIG.replace("max_batch = 2", "max_batch = 5")
+    temps_seen: list[str] = []
+
+    def fail(*args, **kwargs):
+        temps_seen.extend(p.name for p in configs.iterdir() if p.name.endswith(".tmp"))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    (configs / "app.toml").write_text(GOOD_CONFIG)
+    before = snapshot(tree)
+    monkeypatch.setattr(files.tempfile if failing == "mkstemp" else files.os, failing, fail)
+    r = post(server, "/admin/files/config/save", {"path": "assets/configs/app.toml", "config": new})
+    monkeypatch.undo()
+    assert r.status == 500, r
+    error = r.json()["error"]
+    assert (error["type"], error["code"], error["param"]) == ("server_error", "write_failed", "path")
+    assert error["message"] == "'path': could not write assets/configs/app.toml: No space left on device"
+    # It failed midway: the new text was in a temporary file beside the config (not for mkstemp).
+    assert len(temps_seen) == (0 if failing == "mkstemp" else 1)
+    assert snapshot(tree) == before
+    r = post(server, "/admin/files/config/load", {"path": "assets/configs/app.toml"})
+    assert r.status == 200 and r.json()["text"] == GOOD_CONFIG
+    r = post(server, "/admin/files/config/save", {"path": "assets/configs/app.toml", "config": new})
+    assert r.status == 200, r
+    assert (configs / "app.toml").read_text() == new
+    assert [p.name for p in configs.iterdir()] == ["app.toml"]
+
+
 # ------------------------------------------------------------------------------ what is refused
 
 
@@ -201,7 +254,7 @@ REFUSED = [
 ]
 
 
-@pytest.mark.parametrize("route,body", REFUSED, ids=[f"{r}:{list(b.values())[0]}" for r, b in REFUSED])
+@pytest.mark.parametrize("route,body", REFUSED, ids=[f"{r}:{next(iter(b.values()))}" for r, b in REFUSED])
 def test_paths_outside_the_roots_are_refused_and_nothing_changes(server, tree, route, body):
     before = snapshot(tree)
     r = post(server, route, body)
@@ -218,6 +271,22 @@ def test_zip_bomb_is_refused_and_nothing_changes(server, tree, monkeypatch):
     assert r.status == 413, r
     assert r.json()["error"]["code"] == "archive_too_large"
     assert snapshot(tree) == before
+
+
+def test_an_archive_with_too_many_entries_is_refused_and_nothing_changes(server, tree, monkeypatch):
+    monkeypatch.setattr(files, "MAX_UNZIP_ENTRIES", 1)  # good.zip holds 2
+    before = snapshot(tree)
+    for target in ("assets/unzip/old", "assets/unzip/many"):
+        r = post(server, "/admin/files/unzip", {"zip_path": "assets/models/good.zip", "target_dir": target})
+        assert r.status == 413, r
+        assert r.json()["error"]["code"] == "archive_too_large"
+        assert r.json()["error"]["message"] == "the archive has 2 entries, more than 1"
+    assert snapshot(tree) == before
+    # At the limit it unpacks.
+    monkeypatch.setattr(files, "MAX_UNZIP_ENTRIES", 2)
+    r = post(server, "/admin/files/unzip", {"zip_path": "assets/models/good.zip", "target_dir": "assets/unzip/many"})
+    assert r.status == 200 and r.json()["files"] == 2, r
+    shutil.rmtree(tree / "srv/assets/unzip/many")
 
 
 def test_an_archive_that_lies_about_its_size_is_refused_and_nothing_changes(server, tree):

@@ -7,6 +7,7 @@ test's tmp_path/screenshots.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -15,10 +16,14 @@ import time
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from api_helpers import ServerThread, config_for
+from safetensors.numpy import save_file
 
 from ai00_like.config import parse_config
+from ai00_like.rwkv.formats.safetensors import write_safetensors
+from ai00_like.rwkv.synthetic import make_state
 
 CHROMIUM = "/usr/bin/chromium"
 WWW = Path(__file__).resolve().parents[1] / "assets" / "www"
@@ -44,15 +49,31 @@ def zip_bytes(entries: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
+def write_demo_lora(path: Path) -> None:
+    """A rank-2 LoRA of the demo model's (D256) first key matrix, in Ai00's names
+    (lora.0 = A transposed [in, r], lora.1 = B [out, r]), as tests/test_loader.py writes them."""
+    a, b = np.zeros((256, 2), np.float32), np.zeros((256, 2), np.float32)
+    a[3, 0], a[5, 1], b[7, 0], b[9, 1] = 1.0, 2.0, 3.0, -1.0
+    save_file({"blocks.0.att.key.lora.0": a, "blocks.0.att.key.lora.1": b}, str(path))
+
+
+def write_demo_state(path: Path) -> None:
+    """A state-tuning file for the demo model (v7, 4 layers, D256, head size 64)."""
+    write_safetensors(make_state(4, 256, 64, seed=11), path, dtype="fp32")
+
+
 @pytest.fixture(scope="module")
 def base_dir(tmp_path_factory):
     """A server folder: assets/models with the bundled demo model, a copy of it to load from
-    the Models page and two archives; assets/configs with a config to edit."""
+    the Models page, a LoRA and a state file for it, and two archives; assets/configs with a
+    config to edit."""
     base = tmp_path_factory.mktemp("web")
     models = base / "assets" / "models"
     models.mkdir(parents=True)
     shutil.copy(DEMO / "demo.st", models / "demo.st")
     shutil.copy(DEMO / "demo.st", models / "demo-copy.st")
+    write_demo_lora(models / "demo.lora")
+    write_demo_state(models / "demo.state")
     (models / "pack.zip").write_bytes(zip_bytes({"pack/a.txt": b"alpha", "b.txt": b"beta"}))
     (models / "slip.zip").write_bytes(zip_bytes({"ok.txt": b"1", "../../evil.txt": b"evil"}))
     (base / "assets" / "configs").mkdir()
@@ -99,8 +120,10 @@ def browser():
         b.close()
 
 
-@pytest.fixture
-def page(browser, server, tmp_path):
+@contextlib.contextmanager
+def open_page(browser, server, tmp_path):
+    """The server's page in a fresh browser context; screenshots go to tmp_path/screenshots.
+    A script error in the page fails the test."""
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
     page.set_default_timeout(WAIT_MS)
@@ -112,6 +135,12 @@ def page(browser, server, tmp_path):
     yield page
     context.close()
     assert not errors, errors
+
+
+@pytest.fixture
+def page(browser, server, tmp_path):
+    with open_page(browser, server, tmp_path) as page:
+        yield page
 
 
 def set_setting(page, name: str, value: str) -> None:
@@ -268,6 +297,107 @@ def test_the_api_key_is_asked_for_once(browser, model_dir, tmp_path):
         assert page.locator(".msg.assistant").inner_text().strip()
         assert len(dialogs) == 1 and "API key" in dialogs[0]
         context.close()
+
+
+# ------------------------------------------------------------------------------ sampler settings
+
+STATE_ID = "5d7c2a1e-7e57-4000-8000-00000000beef"
+
+
+def settings_field(page, which: str, name: str):
+    return page.locator(f'[data-settings="{which}"] [name="{name}"]')
+
+
+def field_names(page, which: str) -> list[str]:
+    return page.eval_on_selector_all(f'[data-settings="{which}"] input[type=number]', "els => els.map(e => e.name)")
+
+
+def test_sampler_stop_words_and_initial_state_are_sent(browser, model_dir, tmp_path):
+    """Mirostat with its fields, stop words and a configured [[state]] in the chat; Typical in
+    the continuation: what the page sends, and that the server streams a reply to it."""
+    extra = f"""[tokenizer]
+path = "{DEMO / "demo_vocab.txt"}"
+[web]
+path = "{WWW}"
+[[state]]
+path = "demo.state"
+name = "tuned"
+id = "{STATE_ID}"
+"""
+    with ServerThread(config_for(model_dir, extra, model="demo.st", max_batch=2)) as server, \
+            open_page(browser, server, tmp_path) as page:
+        assert server.serving.model is not None, server.serving.last_error
+        # The configured state is offered once the page has the model's status.
+        state = settings_field(page, "chat", "state")
+        state.locator(f'option[value="{STATE_ID}"]', has_text="tuned").wait_for(state="attached")
+        page.select_option('[data-settings="chat"] [name="sampler"]', "Mirostat")
+        assert field_names(page, "chat") == ["tau", "rate", "max_tokens"]
+        set_setting(page, "tau", "2.5")
+        set_setting(page, "rate", "0.25")
+        set_setting(page, "max_tokens", "24")
+        set_setting(page, "stop", "User:\n\\n\\n")  # a typed "\n" is a newline
+        state.select_option(STATE_ID)
+        page.fill("#chat-input", "Hello there")
+        with page.expect_response("**/v1/chat/completions") as response:
+            page.click("#chat-send")
+        body = last_request_body(response.value.request)
+        assert body["sampler_override"] == {"type": "Mirostat", "tau": 2.5, "rate": 0.25}
+        assert body["stop"] == ["User:", "\n\n"]
+        assert body["state"] == STATE_ID
+        assert body["max_tokens"] == 24 and body["stream"] is True
+        assert body["messages"] == [{"role": "user", "content": "Hello there"}]
+        assert response.value.status == 200
+        assert response.value.headers["content-type"].startswith("text/event-stream")
+        page.locator(".msg.assistant.done").wait_for()
+        assert page.locator(".msg.assistant .error").count() == 0
+        assert page.locator(".msg.assistant").inner_text().strip()
+        reply = page.evaluate("JSON.parse(localStorage.getItem('ai00like.conversations'))[0].messages[1].content")
+        assert reply.strip() and "User:" not in reply and "\n\n" not in reply.strip()
+        page.screenshot(path=page.shots / "chat-mirostat-state.png")
+        # The settings are kept in the browser.
+        page.reload()
+        state.locator(f'option[value="{STATE_ID}"]').wait_for(state="attached")
+        assert page.input_value('[data-settings="chat"] [name="sampler"]') == "Mirostat"
+        assert settings_field(page, "chat", "tau").input_value() == "2.5"
+        assert state.input_value() == STATE_ID
+        # A model without that state: the page shows the choice it still sends, and the
+        # server's refusal; "(none)" sends no state.
+        assert server.post("/admin/models/load", {"model_path": "demo.st"}).status == 200
+        page.reload()
+        page.locator("#model-badge", has_text="demo").wait_for()
+        assert state.input_value() == STATE_ID
+        assert "not loaded" in state.locator("option:checked").inner_text()
+        with page.expect_request("**/v1/chat/completions") as request:
+            page.click("#chat-regenerate")
+        assert last_request_body(request.value)["state"] == STATE_ID
+        page.locator(".msg.assistant.failed .error", has_text="HTTP 400: Unknown state").wait_for()
+        state.select_option("")
+        with page.expect_request("**/v1/chat/completions") as request:
+            page.click("#chat-regenerate")
+        assert "state" not in last_request_body(request.value)
+        page.locator(".msg.assistant.done").wait_for()
+        assert page.locator(".msg.assistant .error").count() == 0
+
+        # Typical in the continuation, whose settings are its own (no stop words, no state).
+        page.click("#tab-continue")
+        page.select_option('[data-settings="continue"] [name="sampler"]', "Typical")
+        assert field_names(page, "continue")[:3] == ["tau", "top_k", "temperature"]
+        for name, value in [("tau", "0.8"), ("top_k", "20"), ("temperature", "0.7"), ("max_tokens", "12")]:
+            settings_field(page, "continue", name).fill(value)
+            settings_field(page, "continue", name).dispatch_event("change")
+        prompt = "In the beginning"
+        page.fill("#continue-text", prompt)
+        with page.expect_request("**/v1/completions") as request:
+            page.click("#continue-go")
+        body = last_request_body(request.value)
+        assert body["sampler_override"] == {"type": "Typical", "tau": 0.8, "top_k": 20, "temperature": 0.7,
+                                            "presence_penalty": 0.3, "frequency_penalty": 0.3,
+                                            "penalty_decay": 0.99654026}
+        assert "stop" not in body and "state" not in body and body["prompt"] == prompt
+        page.wait_for_function(f"document.querySelector('#continue-text').value.length > {len(prompt)} "
+                               "&& !document.querySelector('#continue-go').disabled")
+        assert not page.inner_text("#continue-error")
+        page.screenshot(path=page.shots / "continue-typical.png")
 
 
 # ------------------------------------------------------------------------------ status
@@ -431,6 +561,67 @@ def test_models_page_saves_the_model_and_sends_load_options(page, server, model_
     page.select_option("#load-model", "demo.st")
     page.click("#load-button")
     page.locator("#load-result", has_text="Loaded demo:").wait_for()
+
+
+def test_models_page_loads_with_loras_states_and_chunk_size(page, server):
+    asked = answer_dialogs(page, ADMIN_KEY)
+    page.click("#tab-models")
+    page.locator('#models-table tr.loaded[data-path="demo.st"]').wait_for()
+    # The LoRA and the state file of the models folder are offered; model files are not.
+    lora = page.locator("#load-loras label", has_text="demo.lora")
+    state = page.locator("#load-states label", has_text="demo.state")
+    assert page.locator("#load-loras label").all_inner_texts() == [lora.inner_text()]
+    assert page.locator("#load-states label").all_inner_texts() == [state.inner_text()]
+    models = page.locator("#load-model option").all_inner_texts()
+    assert "demo.st" in models and "demo.lora" not in models and "demo.state" not in models
+    page.select_option("#load-model", "demo-copy.st")
+    page.fill('#load-form [name="max_batch"]', "1")
+    page.fill('#load-form [name="token_chunk_size"]', "32")
+    lora.locator("input[type=checkbox]").check()
+    lora.locator("input[type=number]").fill("2.5")
+    state.locator("input[type=checkbox]").check()
+    state.locator("input[type=radio]").check()
+    # The first call asks for the admin key (401), the page sends it again with the key.
+    with page.expect_response(lambda r: r.url.endswith("/admin/models/load") and r.status != 401) as response:
+        page.click("#load-button")
+    assert len(asked) == 1
+    body = last_request_body(response.value.request)
+    assert body["model_path"] == "demo-copy.st"
+    assert (body["max_batch"], body["token_chunk_size"]) == (1, 32)
+    assert body["lora"] == [{"path": "demo.lora", "alpha": 2.5}]
+    assert body["state"] == [{"path": "demo.state", "default": True}]
+    assert response.value.ok, response.value.text()
+    page.locator("#load-result", has_text="Loaded demo-copy").wait_for()
+    page.locator('#models-table tr.loaded[data-path="demo-copy.st"]').wait_for()
+    loaded = page.inner_text("#loaded-info")
+    assert "Token chunk size: 32" in loaded and "Max batch: 1" in loaded
+    assert "LoRAs: demo.lora ×2.5" in loaded and "States: demo.state (default)" in loaded
+    reload = server.get("/api/models/info").json()["reload"]
+    assert reload["lora"] == [{"path": "demo.lora", "alpha": 2.5}]
+    assert [(s["path"], s["default"]) for s in reload["state"]] == [("demo.state", True)]
+    assert (reload["model_path"], reload["token_chunk_size"], reload["max_batch"]) == ("demo-copy.st", 32, 1)
+    page.screenshot(path=page.shots / "models-lora-state.png")
+    # The loaded state is now offered in the chat's settings, marked as the default.
+    page.locator('[data-settings="chat"] [name="state"] option', has_text="demo.state (default)") \
+        .wait_for(state="attached")
+    # The status page: one slot, nothing waiting.
+    page.click("#tab-status")
+    page.locator('.stat[data-key="slots"] b', has_text="0 / 1").wait_for()
+    assert stat(page, "queue") == "0"
+    page.screenshot(path=page.shots / "status-lora-state.png")
+
+    # Back to the plain demo model for the other tests.
+    page.click("#tab-models")
+    lora.locator("input[type=checkbox]").uncheck()
+    state.locator("input[type=checkbox]").uncheck()
+    page.fill('#load-form [name="max_batch"]', "2")
+    page.fill('#load-form [name="token_chunk_size"]', "")
+    page.select_option("#load-model", "demo.st")
+    with page.expect_request("**/admin/models/load") as request:
+        page.click("#load-button")
+    assert last_request_body(request.value)["lora"] == [] and last_request_body(request.value)["state"] == []
+    page.locator("#load-result", has_text="Loaded demo:").wait_for()
+    assert server.get("/api/models/info").json()["states"] == []
 
 
 # ------------------------------------------------------------------------------ files

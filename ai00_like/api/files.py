@@ -10,12 +10,14 @@ checked whole before one byte is written: an entry that would land outside its f
 (zip-slip), a symlink entry, or more than MAX_UNZIP_BYTES unpacked is refused, and the
 bytes are counted again while unpacking in case the archive lies about its sizes.
 Configs are validated with ai00_like.config before they are written, and written to a
-temporary file that is then renamed over the target, so no half-written file is left.
+temporary file that is then renamed over the target, so no half-written file is left; a
+write the disk refuses is a 500 naming the file, with the old file as it was.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
 import shutil
@@ -33,6 +35,8 @@ from .ai00.types import ModelFile
 from .body import decode_body
 from .errors import ApiError, bad_request
 from .serving import Serving
+
+log = logging.getLogger(__name__)
 
 MAX_UNZIP_BYTES = 8 << 30  # an archive that unpacks to more than this is refused (zip bomb)
 MAX_UNZIP_ENTRIES = 100_000
@@ -162,7 +166,7 @@ def list_dir(config: Config, folder: Path, with_sha: bool) -> list[ModelFile]:
         if p.suffix.lower() in MODEL_SUFFIXES:
             try:
                 info = ai00_info(read_model_info(p))
-            except Exception as e:  # a broken or foreign file is listed, with the reason
+            except Exception as e:  # noqa: BLE001 — a broken or foreign file is listed, with the reason
                 error = str(e)
         out.append(ModelFile(path=shown(config, p.resolve()), name=p.name, size=p.stat().st_size,
                              sha=file_hash(p) if with_sha else "", info=info, error=error))
@@ -290,10 +294,28 @@ async def config_load(request: web.Request, serving: Serving) -> ConfigFile:
     return ConfigFile(path=shown(config, path), text=text, config=as_dict)
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it (os.umask would, for every thread)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
 def write_atomically(path: Path, text: str) -> None:
+    # mkstemp makes a 0600 file; the renamed file keeps the mode of the one it replaces
+    # (or, when new, the mode open() would give it).
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), mode)
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -316,7 +338,12 @@ async def config_save(request: web.Request, serving: Serving) -> ConfigFile:
         parsed = parse_config(req.config, source=req.path, base_dir=path.parent)
     except ConfigError as e:
         raise bad_request(str(e), "config", code="invalid_config") from None
-    await asyncio.to_thread(write_atomically, path, req.config)
+    try:
+        await asyncio.to_thread(write_atomically, path, req.config)
+    except OSError as e:  # the disk's fault, not the request's: the old file is left as it was
+        log.warning("config save: could not write %s: %s", path, e)
+        raise ApiError(500, f"'path': could not write {shown(config, path)}: {e.strerror or e}", param="path",
+                       code="write_failed") from None
     as_dict = msgspec.to_builtins(parsed)
     as_dict.pop("base_dir", None)
     as_dict.pop("source", None)

@@ -170,6 +170,8 @@ function renderSettings(which) {
   state.name = "state";
   state.add(new Option("(none)", ""));
   for (const st of knownStates) state.add(new Option(st.name + (st.default ? " (default)" : ""), st.id, false, st.id === s.state));
+  // A choice the loaded model does not have is still sent: show it as it is, not as "(none)".
+  if (s.state && !knownStates.some((st) => st.id === s.state)) state.add(new Option(s.state + " (not loaded)", s.state, false, true));
   state.onchange = () => { s.state = state.value; save(); };
   add("initial state", state);
   const format = document.createElement("select");
