@@ -32,8 +32,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one line (argparse prints the usage block first)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USER_ERROR, f"{PROG}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="A local inference server for RWKV language models.")
+    parser = _Parser(prog=PROG, description="A local inference server for RWKV language models.")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
     add_serve(subparsers)
     add_convert(subparsers)

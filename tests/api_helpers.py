@@ -8,6 +8,7 @@ import http.client
 import json
 import threading
 from pathlib import Path
+from typing import Self
 
 import jsonschema
 import yaml
@@ -55,20 +56,26 @@ ping_interval = {ping_interval}
 
 
 class ServerThread:
-    """`with ServerThread(config) as server:` — listening, model loaded (or load ended)."""
+    """`with ServerThread(config) as server:` — listening, model loaded (or load ended).
 
-    def __init__(self, config: Config):
+    `builder` replaces the middleware's model builder (a test can hold a load back);
+    with `wait_for_load=False` the block starts as soon as the server listens."""
+
+    def __init__(self, config: Config, *, builder=None, wait_for_load: bool = True):
         self.config = config
+        self.builder = builder
+        self.wait_for_load = wait_for_load
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="test-http", daemon=True)
         self.middleware: Middleware | None = None
         self.running: RunningServer | None = None
 
-    def __enter__(self) -> "ServerThread":
+    def __enter__(self) -> Self:
         self.thread.start()
-        self.middleware = Middleware()
+        self.middleware = Middleware() if self.builder is None else Middleware(self.builder)
         self.running = self.call(start_server(self.config, self.middleware))
-        self.call(self.running.serving.wait_idle())
+        if self.wait_for_load:
+            self.call(self.running.serving.wait_idle())
         return self
 
     def __exit__(self, *exc) -> None:
@@ -97,7 +104,7 @@ class ServerThread:
     # ------------------------------------------------------------------ raw HTTP
 
     def request(self, method: str, path: str, body: bytes | str | dict | list | None = None,
-                headers: dict | None = None, chunked: bool = False) -> "RawResponse":
+                headers: dict | None = None, chunked: bool = False) -> RawResponse:
         if isinstance(body, (dict, list)):
             body = json.dumps(body)
         if isinstance(body, str):
@@ -113,10 +120,10 @@ class ServerThread:
         finally:
             conn.close()
 
-    def post(self, path: str, body, **kw) -> "RawResponse":
+    def post(self, path: str, body, **kw) -> RawResponse:
         return self.request("POST", path, body, **kw)
 
-    def get(self, path: str, **kw) -> "RawResponse":
+    def get(self, path: str, **kw) -> RawResponse:
         return self.request("GET", path, **kw)
 
 

@@ -21,12 +21,15 @@ TIMEOUT = 60
 
 
 class ServerProcess:
-    """`with ServerProcess(config_text, directory) as server:` — listening, model loaded."""
+    """`with ServerProcess(directory, config_text) as server:` — listening, and the `ready`
+    line (by default: the configured model loaded, or its load failed) logged."""
 
-    def __init__(self, directory: Path, config_text: str, *, log_level: str = "info"):
+    def __init__(self, directory: Path, config_text: str, *, log_level: str = "info",
+                 ready: str = r"model \S+ loaded|loading \S+ failed"):
         self.path = directory / "server-config.toml"
         self.path.write_text(config_text)
         self.log_level = log_level
+        self.ready = ready  # the line that ends startup, logged after the socket listens
         self.lines: list[str] = []
         self._changed = threading.Condition()
         self.proc: subprocess.Popen | None = None
@@ -39,9 +42,16 @@ class ServerProcess:
              "--log-level", self.log_level],
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
         threading.Thread(target=self._read, daemon=True).start()
-        line = self.wait_for_line(r"listening on https?://[^:]+:(\d+)")
-        self.port = int(re.search(r":(\d+) ", line).group(1))
-        self.wait_for_line(r"model \S+ loaded|loading \S+ failed")
+        try:
+            self.wait_for_line(self.ready)
+            # The port from the process itself: above `info` the "listening on" line is not shown.
+            ports = [c.laddr.port for c in psutil.Process(self.proc.pid).net_connections("tcp")
+                     if c.status == psutil.CONN_LISTEN]
+            assert len(ports) == 1, ports
+        except BaseException:
+            self.__exit__()
+            raise
+        self.port = ports[0]
         return self
 
     def __exit__(self, *exc) -> None:
@@ -81,12 +91,36 @@ class ServerProcess:
     def rss(self) -> int:
         return psutil.Process(self.proc.pid).memory_info().rss
 
-    def terminate(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
+    def terminate(self, sig: int = signal.SIGTERM) -> int:
+        self.proc.send_signal(sig)
         return self.proc.wait(TIMEOUT)
+
+    def output(self) -> str:
+        """All the server wrote to stderr, once its stderr is closed (it has exited)."""
+        with self._changed:
+            ended = self._changed.wait_for(lambda: self.lines[-1:] == [""], TIMEOUT)
+            assert ended, f"stderr still open after {TIMEOUT} s: {''.join(self.lines)[-2000:]}"
+            return "".join(self.lines)
 
     def get(self, path: str, headers: dict | None = None) -> tuple[int, bytes]:
         return http_get(self.port, path, headers)
+
+
+def process_config(directory: Path, *, name: str = "tiny.st", max_batch: int = 4, grace: float = 10.0,
+                   chunk: int = 16) -> str:
+    """A config for ServerProcess: the model `name` in `directory`, loopback, quick pings."""
+    return f"""
+[model]
+path = "{directory}"
+name = "{name}"
+max_batch = {max_batch}
+token_chunk_size = {chunk}
+cache_bytes = 1048576
+[listen]
+ip = "127.0.0.1"
+ping_interval = 0.02
+shutdown_grace = {grace}
+"""
 
 
 def http_get(port: int, path: str, headers: dict | None = None) -> tuple[int, bytes]:

@@ -10,7 +10,8 @@ from ai00_like.rwkv.synthetic import make_checkpoint
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "ai00_like", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "ai00_like", *args], capture_output=True, text=True, timeout=120,
+                          check=False)
 
 
 def test_generate_streams_a_reproducible_continuation(tmp_path):
@@ -32,3 +33,12 @@ def test_generate_reports_a_missing_model_in_one_line(tmp_path):
 def test_generate_rejects_bad_sampling_values(tmp_path):
     result = run("generate", "--model", str(tmp_path / "x.st"), "--top-p", "2", "hello")
     assert result.returncode == 2 and "top_p" in result.stderr
+
+
+def test_argument_mistakes_are_one_line_with_status_2():
+    for args, named in ((["generate", "hello"], "--model"), (["--port", "eighty"], "--port"),
+                        (["convert"], "IN"), (["frobnicate"], "frobnicate")):
+        result = run(*args)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1, (args, result.stderr)
+        assert lines[0].startswith("ai00-like: error: ") and named in lines[0] and "--help" in lines[0], lines

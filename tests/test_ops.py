@@ -8,16 +8,20 @@ import logging
 import re
 import ssl
 import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
 import pytest
+from api_helpers import SCHEMAS, TIMEOUT, ServerThread, config_for, write_model
+from ops_helpers import ServerProcess, parse_metrics, process_config
 
 from ai00_like.api.app import all_routes
 from ai00_like.api.openapi import OPENAPI_PATH
 from ai00_like.cli import main
-from api_helpers import SCHEMAS, ServerThread, config_for, write_model
-from ops_helpers import parse_metrics
+from ai00_like.middleware import build
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 6,
         "temperature": 0}
@@ -49,6 +53,41 @@ def test_health_is_503_without_a_model_and_200_with_one(model_dir):
         assert r.status == 200 and r.json() == {"status": "ok", "model": "tiny"}
         server.get("/admin/models/unload")
         assert server.get("/health").status == 503
+
+
+def test_health_is_503_loading_while_the_model_loads_and_200_once_it_is_ready(model_dir):
+    started, release = threading.Event(), threading.Event()
+
+    def held_build(spec, *progress):  # the middleware's builder, held back until the test says
+        started.set()
+        assert release.wait(TIMEOUT), "the test never released the load"
+        return build(spec, *progress)
+
+    with ServerThread(config_for(model_dir), builder=held_build, wait_for_load=False) as server:
+        try:
+            assert started.wait(TIMEOUT)  # the startup load is under way
+            r = server.get("/health")
+            assert r.status == 503 and r.json() == {"status": "loading"}, r
+            assert r.headers["retry-after"]
+            r = server.post("/v1/chat/completions", CHAT)
+            assert r.status == 503 and r.json()["error"]["code"] == "model_loading", r
+        finally:
+            release.set()
+        server.call(server.serving.wait_idle())
+        r = server.get("/health")
+        assert r.status == 200 and r.json() == {"status": "ok", "model": "tiny"}, r
+        # Replacing the model: the old one serves meanwhile, so the probe stays 200.
+        started.clear()
+        release.clear()
+        with ThreadPoolExecutor(1) as pool:
+            reload = pool.submit(server.post, "/admin/models/load", {"model_path": "tiny.st"})
+            try:
+                assert started.wait(TIMEOUT)
+                r = server.get("/health")
+                assert r.status == 200 and r.json() == {"status": "ok", "model": "tiny"}, r
+            finally:
+                release.set()
+            assert reload.result(TIMEOUT).status == 200
 
 
 def test_metrics_count_what_the_replies_report(model_dir):
@@ -272,3 +311,33 @@ def test_each_request_is_one_structured_log_line(model_dir, caplog):
     stream = next(rec for rec in records if rec["id"] == streamed.headers["x-request-id"])
     assert stream["status"] == 200 and stream["completion_tokens"] == 6
     assert any(rec["status"] == 404 and rec["route"] == "/v1/models/{model}" for rec in records)
+
+
+@pytest.mark.parametrize("level", ["info", "warning"])
+def test_log_level_warning_hides_the_request_lines_that_info_shows(model_dir, tmp_path, level):
+    # No model file: its warning is logged at both levels, after the server listens.
+    config = process_config(model_dir, name="absent.st")
+    with ServerProcess(tmp_path, config, log_level=level, ready=r"model file \S+absent.st not found") as server:
+        assert server.get("/health")[0] == 503
+        assert server.get("/v1/models", {"X-Request-Id": "req-7"})[0] == 200
+        assert server.terminate() == 0
+        log = server.output()
+    access = [json.loads(line.split("ai00_like.access: ", 1)[1]) for line in log.splitlines()
+              if "ai00_like.access: " in line]
+    if level == "info":
+        assert [(a["route"], a["status"]) for a in access] == [("/health", 503), ("/v1/models", 200)], log
+        assert access[1]["id"] == "req-7"
+        assert "listening on" in log and "stopped" in log
+    else:
+        assert access == [] and " INFO " not in log, log
+        assert "WARNING" in log and "absent.st not found" in log
+
+
+def test_a_bad_log_level_is_a_one_line_error_with_status_2():
+    for args in (["--log-level", "loud"], ["serve", "--log-level", "WARN"]):
+        result = subprocess.run([sys.executable, "-m", "ai00_like", *args], capture_output=True, text=True,
+                                timeout=TIMEOUT, check=False)
+        assert result.returncode == 2, result
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "--log-level" in lines[0] and repr(args[-1]) in lines[0], lines
+        assert lines[0].startswith("ai00-like: error: ") and "warning" in lines[0]

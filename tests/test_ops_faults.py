@@ -1,5 +1,5 @@
 """Faults: clients that vanish mid-prefill and mid-stream, unload and reload under load, a
-corrupt model loaded at runtime, SIGTERM under load. Nothing may hang, leak a slot or
+corrupt model loaded at runtime, SIGTERM and SIGINT under load. Nothing may hang, leak a slot or
 answer 500; the server as its own process where memory, signals or exit status matter."""
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
-
 from api_helpers import ServerThread, config_for, write_model
-from ops_helpers import TIMEOUT, ServerProcess, metrics_of, stream_chat
+from ops_helpers import TIMEOUT, ServerProcess, metrics_of, process_config, stream_chat
 
 DISCONNECTS = 100
 
@@ -25,21 +24,6 @@ def model_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("faults")
     write_model(d / "tiny.st")
     return d
-
-
-def process_config(directory, *, max_batch=4, grace=10.0, chunk=16) -> str:
-    return f"""
-[model]
-path = "{directory}"
-name = "tiny.st"
-max_batch = {max_batch}
-token_chunk_size = {chunk}
-cache_bytes = 1048576
-[listen]
-ip = "127.0.0.1"
-ping_interval = 0.02
-shutdown_grace = {grace}
-"""
 
 
 def raw_stream_request(port: int, body: dict) -> socket.socket:
@@ -192,12 +176,14 @@ def test_a_corrupt_model_file_fails_to_load_and_the_old_one_keeps_serving(model_
         assert client.chat.completions.create(**body).choices[0].message.content
 
 
-@pytest.mark.parametrize("grace,max_tokens,signals", [
-    (0.3, 3000, 1),  # a short grace period cuts the long streams short
-    (30.0, 300, 1),  # a long one lets them finish
-    (30.0, 3000, 2),  # a second signal ends the grace period at once
+@pytest.mark.parametrize("sig,grace,max_tokens,signals", [
+    pytest.param(signal.SIGTERM, 0.3, 3000, 1, id="sigterm-short-grace"),  # the long streams are cut short
+    pytest.param(signal.SIGTERM, 30.0, 300, 1, id="sigterm-long-grace"),  # they finish
+    pytest.param(signal.SIGTERM, 30.0, 3000, 2, id="sigterm-twice"),  # a second signal ends the grace period
+    pytest.param(signal.SIGINT, 0.3, 3000, 1, id="sigint-short-grace"),  # Ctrl-C: the same as SIGTERM
+    pytest.param(signal.SIGINT, 30.0, 3000, 2, id="sigint-twice"),  # Ctrl-C twice
 ])
-def test_sigterm_under_load_ends_every_stream_cleanly_and_exits_0(model_dir, grace, max_tokens, signals):
+def test_a_signal_under_load_ends_every_stream_cleanly_and_exits_0(model_dir, sig, grace, max_tokens, signals):
     with ServerProcess(model_dir, process_config(model_dir, grace=grace)) as server:
         started = threading.Barrier(6 + 1)
         body = {"model": "tiny", "messages": [{"role": "user", "content": "tell"}], "max_tokens": max_tokens,
@@ -211,9 +197,9 @@ def test_sigterm_under_load_ends_every_stream_cleanly_and_exits_0(model_dir, gra
                            "four streams generating")
             assert m["rwkv:num_requests_waiting"] == 2
             if signals == 2:
-                server.proc.send_signal(signal.SIGTERM)
+                server.proc.send_signal(sig)
                 server.wait_for_line("shutting down")
-            code = server.terminate()
+            code = server.terminate(sig)
             results = [f.result(TIMEOUT) for f in streams]
         assert code == 0, "".join(server.lines[-20:])
         for events in results:
