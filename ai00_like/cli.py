@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,6 +24,7 @@ EXIT_USER_ERROR = 2
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    give_gpu_drivers_a_runtime_dir()
     try:
         return args.handler(args)
     except ModelFileError as e:
@@ -30,6 +33,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+
+
+def give_gpu_drivers_a_runtime_dir() -> None:
+    """Set XDG_RUNTIME_DIR to a private folder when it is missing (services, containers, root shells).
+
+    Mesa's Vulkan drivers print "error: XDG_RUNTIME_DIR is invalid or not set" on every
+    adapter probe without it: harmless, but it reads as a failure of ours. The folder is
+    used only if it is this user's own and closed to others.
+    """
+    if os.environ.get("XDG_RUNTIME_DIR") or not hasattr(os, "getuid"):
+        return
+    folder = Path(tempfile.gettempdir()) / f"ai00-like-runtime-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        info = folder.lstat()
+    except OSError:
+        return
+    if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) == 0o700:
+        os.environ["XDG_RUNTIME_DIR"] = str(folder)
 
 
 class _Parser(argparse.ArgumentParser):

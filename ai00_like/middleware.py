@@ -247,7 +247,8 @@ class Middleware:
                                 "([listen] max_prompt_tokens).")
         if max(tokens) >= current.model.info.vocab:
             raise ValueError(f"token id {max(tokens)} is outside the model's vocabulary of "
-                             f"{current.model.info.vocab}: the tokenizer does not belong to this model")
+                             f"{current.model.info.vocab}: the tokenizer does not belong to this model (give the "
+                             "model's vocabulary: [tokenizer] path in config.toml, --tokenizer for generate)")
         return tokens
 
     def _resolve(self, request):

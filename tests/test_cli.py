@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 from ai00_like.rwkv.formats.safetensors import write_safetensors
 from ai00_like.rwkv.synthetic import make_checkpoint
@@ -42,3 +44,24 @@ def test_argument_mistakes_are_one_line_with_status_2():
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 2 and len(lines) == 1, (args, result.stderr)
         assert lines[0].startswith("ai00-like: error: ") and named in lines[0] and "--help" in lines[0], lines
+
+
+DEMO = Path(__file__).resolve().parents[1] / "assets" / "models"
+
+
+def test_generate_without_a_runtime_dir_prints_no_driver_noise():
+    # Mesa's Vulkan drivers (the adapter probe of device "auto") complain on stderr when
+    # XDG_RUNTIME_DIR is unset, as it is for services and root shells.
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    result = subprocess.run([sys.executable, "-m", "ai00_like", "generate", "--model", str(DEMO / "demo.st"),
+                             "--tokenizer", str(DEMO / "demo_vocab.txt"), "--max-tokens", "4", "--seed", "1",
+                             "In the beginning"], capture_output=True, text=True, timeout=120, check=False, env=env)
+    assert result.returncode == 0 and result.stdout.strip(), result.stderr
+    assert "XDG_RUNTIME_DIR" not in result.stderr
+
+
+def test_a_tokenizer_of_another_model_is_one_line_naming_the_option():
+    result = run("generate", "--model", str(DEMO / "demo.st"), "--max-tokens", "4", "In the beginning")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "does not belong to this model" in lines[0] and "--tokenizer" in lines[0]
