@@ -122,7 +122,7 @@ def kernel_figures(model: GpuModel, size: int, rows: int) -> dict:
         for shader, entry in variants:
             groups, constants = ((size + 3) // 4, 1), gpu_model.matmul_tile(1)
             if "subgroup" in entry:
-                rows_per_group = gpu_model.matvec_group_rows(model.gpu.subgroup_width)
+                rows_per_group = gpu_model.matvec_group_rows(entry, model.gpu.subgroup_width)
                 groups, constants = (-(-size // rows_per_group), 1), (*constants, ("GROUP_ROWS", rows_per_group), ("X4", 1))
             dispatch = kernels.dispatch(shader, entry, params, buffers + [x] * ("subgroup" in entry), groups,
                                         prelude=gpu_model.WEIGHT_ACCESS[fmt], constants=constants)

@@ -386,7 +386,7 @@ def test_subgroup_matrix_vector_kernels(models, entry, x_off):
     stored = gpu._matrix(weights)
     x = device.create_buffer_with_data(data=xs, usage=gpu_model.STORAGE)
     y = device.create_buffer(size=4 * rows * M, usage=gpu_model.STORAGE)
-    group_rows = gpu_model.matvec_group_rows(gpu.gpu.subgroup_width)
+    group_rows = gpu_model.matvec_group_rows(entry, gpu.gpu.subgroup_width)
     constants = (*gpu_model.matmul_tile(rows), ("GROUP_ROWS", group_rows), ("X4", int(x_off % 4 == 0)))
     groups = (-(-M // group_rows), 1)
     dispatch = gpu.kernels.dispatch(("matmul.wgsl", "matvec_subgroup.wgsl"), entry,

@@ -46,9 +46,10 @@ def matmul_tile(rows: int) -> tuple:
             ("ROWS", 8 if rows <= 8 else MATVEC_ROWS))
 
 
-def matvec_group_rows(subgroup_width: int) -> int:
-    """Outputs per workgroup of matvec8_subgroup: 4 for each subgroup of its 64 invocations."""
-    return 4 * max(1, 64 // max(1, subgroup_width))
+def matvec_group_rows(entry: str, subgroup_width: int) -> int:
+    """Outputs per workgroup of the subgroup matrix–vector kernels: for each subgroup of their
+    64 invocations 8 (matvec8_subgroup) or 4 (matvec8_rows_subgroup, for every row of x)."""
+    return (8 if entry == "matvec8_subgroup" else 4) * max(1, 64 // max(1, subgroup_width))
 
 
 PROGRAMS_KEPT = 32  # recorded step shapes kept for reuse
@@ -460,7 +461,7 @@ class GpuModel:
                 if entry in ("matvec8", "matvec8_rows") and self.gpu.subgroups and self.use_subgroups:
                     # each subgroup on its own outputs: no workgroup reduction (shaders/matvec_subgroup.wgsl)
                     shader, entry = ("matmul.wgsl", "matvec_subgroup.wgsl"), entry + "_subgroup"
-                    rows_per_group = matvec_group_rows(self.gpu.subgroup_width)
+                    rows_per_group = matvec_group_rows(entry, self.gpu.subgroup_width)
                     groups = (-(-part.rows // rows_per_group), groups[1])
                     x4 = int((off(src) + src_shift) % 4 == 0 and (src_stride or Kdim) % 4 == 0)
                     constants = (*tile, ("GROUP_ROWS", rows_per_group), ("X4", x4))
