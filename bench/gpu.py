@@ -5,7 +5,7 @@ to other adapters:
 
 * kernels: the matrix–vector kernel's effective bandwidth (weight bytes read per second,
   batch 1) as a fraction of a plain buffer-copy kernel's bandwidth (bytes read + written per
-  second) on the same adapter, per weight format; the tiled matrix–matrix kernel's GFLOP/s
+  second) on the same adapter, measured just before it, per weight format; the tiled matrix–matrix kernel's GFLOP/s
   with the tile shape the model uses, as a fraction of the best of several shapes;
 * a synthetic RWKV-7: prefill and decode tokens/s at batch 1 and 16 on the GPU (fp16)
   beside the numpy backend;
@@ -91,9 +91,14 @@ def kernel_figures(model: GpuModel, size: int, rows: int) -> dict:
         {"binding": 0, "resource": {"buffer": a, "offset": 0, "size": copy_bytes}},
         {"binding": 1, "resource": {"buffer": b, "offset": 0, "size": copy_bytes}}])
     copy_dispatch = Dispatch(copy, group, (*grid(copy_bytes // 16 // 256), 1))
-    copy_s = timed(kernels, [copy_dispatch], 4, sync)
-    copy_gbs = 2 * copy_bytes / copy_s / 1e9
-    out = {"copy_GBps": copy_gbs, "matvec": {}, "matmul": {}}
+    copies = []
+
+    def copy_gbs() -> float:
+        """The copy's bandwidth now: measured beside each kernel, as the machine's load changes."""
+        copies.append(2 * copy_bytes / timed(kernels, [copy_dispatch], 4, sync) / 1e9)
+        return copies[-1]
+
+    out = {"matvec": {}, "matmul": {}}
 
     weights = np.random.default_rng(0).standard_normal((size, size)).astype(np.float32) * 0.02
     x = device.create_buffer_with_data(data=np.ones(rows * size, np.float32), usage=usage)
@@ -110,16 +115,21 @@ def kernel_figures(model: GpuModel, size: int, rows: int) -> dict:
         (part,) = matrix.parts
         nbytes = matrix.nbytes
         params = (1, size, size, 0, size, 0, 0, size, 0, 0)
-        buffers = [x, part.buffer, y] + ([part.scales] if part.scales is not None else [])
+        buffers = [x, part.buffer, y, part.scales]  # (binding 4: the scales of int8 / nf4)
         variants = [("matmul.wgsl", "matvec8")]
         if model.gpu.subgroups:
             variants.append((("matmul.wgsl", "matvec_subgroup.wgsl"), "matvec8_subgroup"))
         for shader, entry in variants:
-            dispatch = kernels.dispatch(shader, entry, params, buffers, ((size + 3) // 4, 1),
-                                        prelude=gpu_model.WEIGHT_ACCESS[fmt], constants=gpu_model.matmul_tile(1))
+            groups, constants = ((size + 3) // 4, 1), gpu_model.matmul_tile(1)
+            if "subgroup" in entry:
+                rows_per_group = gpu_model.matvec_group_rows(entry, model.gpu.subgroup_width)
+                groups, constants = (-(-size // rows_per_group), 1), (*constants, ("GROUP_ROWS", rows_per_group), ("X4", 1))
+            dispatch = kernels.dispatch(shader, entry, params, buffers + [x] * ("subgroup" in entry), groups,
+                                        prelude=gpu_model.WEIGHT_ACCESS[fmt], constants=constants)
+            copy = copy_gbs()
             seconds = timed(kernels, [dispatch], 8, sync)
             out["matvec"][fmt + ("+subgroups" if "subgroup" in entry else "")] = {
-                "GBps": nbytes / seconds / 1e9, "of_copy": nbytes / seconds / 1e9 / copy_gbs, "us": seconds * 1e6}
+                "GBps": nbytes / seconds / 1e9, "of_copy": nbytes / seconds / 1e9 / copy, "us": seconds * 1e6}
         if fmt != "fp16":
             continue
         # the first `half` rows of the matrix: a software adapter takes seconds for the whole
@@ -131,6 +141,7 @@ def kernel_figures(model: GpuModel, size: int, rows: int) -> dict:
                                         prelude=gpu_model.WEIGHT_ACCESS[fmt], constants=(("TM", tm), ("TN", tn), ("ROWS", 8)))
             seconds = timed(kernels, [dispatch], 1, sync, tries=3)
             out["matmul"][f"{tm}x{tn}"] = 2 * rows * half * size / seconds / 1e9
+    out["copy_GBps"] = max(copies)
     used = "{}x{}".format(*(v for _, v in gpu_model.matmul_tile(rows)))
     out["matmul_used"] = used
     out["matmul_of_best"] = out["matmul"][used] / max(out["matmul"].values())
@@ -197,7 +208,7 @@ def main() -> None:
 
     gpu = GpuModel(tensors, model_info, max_batch=16, adapter=adapter, precision="fp16")
     kernels = kernel_figures(gpu, shape["matrix"], shape["rows"])
-    print(f"copy kernel: {kernels['copy_GBps']:.2f} GB/s (read + write)")
+    print(f"copy kernel: {kernels['copy_GBps']:.2f} GB/s (read + write; the best of its runs beside each matvec)")
     for fmt, m in kernels["matvec"].items():
         print(f"matvec {shape['matrix']}² {fmt}, batch 1: {m['GBps']:.2f} GB/s of weights = "
               f"{m['of_copy']:.2f} × copy ({m['us']:.0f} µs)")

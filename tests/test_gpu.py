@@ -306,17 +306,27 @@ def test_matrices_larger_than_a_binding_are_split_by_rows(precision, quant, monk
     assert got_ids == want_ids
 
 
-def test_matrix_vector_reductions_agree(monkeypatch):
-    """The subgroup reduction (where the adapter has subgroups) and the workgroup one."""
+@pytest.mark.parametrize("quant_type", ["", "int8", "nf4"])
+def test_matrix_vector_reductions_agree(quant_type):
+    """The subgroup kernels (where the adapter has subgroups) and the workgroup-reduction ones,
+    for one row and for a decoding batch, in every weight format."""
     from ai00_like.rwkv.gpu.model import GpuModel
 
-    cpu, with_subgroups = pair(11, version="7")
-    monkeypatch.setattr(GpuModel, "use_subgroups", False)
-    without = GpuModel(cpu.tensors, cpu.info, adapter=ADAPTER.index)
+    cpu, _ = pair(11, max_batch=5, version="7")
+    options = {"quant": 99, "quant_type": quant_type} if quant_type else {}
+    with_subgroups = GpuModel(cpu.tensors, cpu.info, max_batch=5, adapter=ADAPTER.index, **options)
+    without = GpuModel(cpu.tensors, cpu.info, max_batch=5, adapter=ADAPTER.index, **options)
+    without.use_subgroups = False  # on the instance: the kernels are chosen when a step is first recorded
+    if quant_type:  # the same dequantised weights on numpy
+        cpu = type(cpu)(with_subgroups.tensors, cpu.info, max_batch=5)
     prompt = tokens(80, 1)  # one row at a time: the single-row matrix–vector kernels
     want = greedy(cpu, prompt, 3)[0]
+    batch = [StepInput(slot, tokens(90 + slot, 1), "last") for slot in range(5)]  # the small-batch kernels
+    want_batch = cpu.step(batch)
     for model in (with_subgroups, without):
         assert max(rel_err(g, w) for g, w in zip(greedy(model, prompt, 3)[0], want)) < TOLERANCE
+        for got, w in zip(model.step(batch), want_batch):
+            assert rel_err(got, w) < TOLERANCE
 
 
 def test_heads_wider_than_the_kernels_are_refused(tmp_path):
@@ -357,3 +367,33 @@ def test_fp16_weights_widen_exactly(models, entry):
     gpu.kernels.run([dispatch])
     got = np.frombuffer(device.queue.read_buffer(y), dtype=np.float32).reshape(rows, 16)
     np.testing.assert_array_equal(got, weights.T[:rows])
+
+
+@pytest.mark.skipif(ADAPTER is None or not ADAPTER.subgroups, reason="the adapter has no subgroups")
+@pytest.mark.parametrize("entry", ["matvec8_subgroup", "matvec8_rows_subgroup"])
+@pytest.mark.parametrize("x_off", [0, 4, 1])  # 1: x not vec4-aligned, read as scalars (X4 = 0)
+def test_subgroup_matrix_vector_kernels(models, entry, x_off):
+    """Rows past the last workgroup's share, K with a partial last stride of lanes, x at an
+    offset and a stride other than K: every output as numpy computes it."""
+    from ai00_like.rwkv.gpu import model as gpu_model
+
+    _, gpu = models
+    rng = np.random.default_rng(5)
+    M, K, rows, stride = 37, 8 * 21, 3 if entry == "matvec8_rows_subgroup" else 1, 8 * 21 + 4
+    weights = rng.standard_normal((M, K)).astype(np.float32)
+    xs = rng.standard_normal(x_off + rows * stride).astype(np.float32)
+    device = gpu.gpu.device
+    stored = gpu._matrix(weights)
+    x = device.create_buffer_with_data(data=xs, usage=gpu_model.STORAGE)
+    y = device.create_buffer(size=4 * rows * M, usage=gpu_model.STORAGE)
+    group_rows = gpu_model.matvec_group_rows(entry, gpu.gpu.subgroup_width)
+    constants = (*gpu_model.matmul_tile(rows), ("GROUP_ROWS", group_rows), ("X4", int(x_off % 4 == 0)))
+    groups = (-(-M // group_rows), 1)
+    dispatch = gpu.kernels.dispatch(("matmul.wgsl", "matvec_subgroup.wgsl"), entry,
+                                    (rows, M, K, x_off, stride, 0, 0, M, 0, 0),
+                                    [x, stored.parts[0].buffer, y, None, x], groups, prelude="weights_f32.wgsl",
+                                    constants=constants)
+    gpu.kernels.run([dispatch])
+    got = np.frombuffer(device.queue.read_buffer(y), dtype=np.float32).reshape(rows, M)
+    want = np.stack([weights @ xs[x_off + r * stride: x_off + r * stride + K] for r in range(rows)])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

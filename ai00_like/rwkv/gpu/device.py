@@ -91,10 +91,38 @@ class Device:
         limits = adapter.limits
         wanted = ("max-storage-buffer-binding-size", "max-buffer-size", "max-storage-buffers-per-shader-stage",
                   "max-compute-workgroup-storage-size", "max-compute-invocations-per-workgroup")
-        # subgroups: the matrix–vector kernel's reduction (shaders/matvec_subgroup.wgsl)
+        # subgroups: the matrix–vector kernel's reductions (shaders/matvec_subgroup.wgsl)
         self.subgroups = "subgroup" in adapter.features
         self.device = adapter.request_device_sync(
             required_features=["subgroup"] if self.subgroups else [],
             required_limits={k: limits[k] for k in wanted if k in limits},
         )
         self.limits = self.device.limits
+        self.subgroup_width = self._subgroup_width() if self.subgroups else 0
+
+    def _subgroup_width(self) -> int:
+        """The subgroup size a 64-invocation compute pipeline gets (drivers may choose per
+        pipeline, so kernels must not depend on it for their results, only for their speed)."""
+        import numpy as np
+        import wgpu
+
+        code = """@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(subgroup_size) width: u32, @builtin(local_invocation_index) i: u32) {
+    if (i == 0u) { out[0] = width; }
+}"""
+        device = self.device
+        pipeline = device.create_compute_pipeline(layout="auto", compute={
+            "module": device.create_shader_module(code=code), "entry_point": "main"})
+        out = device.create_buffer(size=16, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+        group = device.create_bind_group(layout=pipeline.get_bind_group_layout(0),
+                                         entries=[{"binding": 0, "resource": {"buffer": out, "offset": 0, "size": 16}}])
+        encoder = device.create_command_encoder()
+        compute = encoder.begin_compute_pass()
+        compute.set_pipeline(pipeline)
+        compute.set_bind_group(0, group)
+        compute.dispatch_workgroups(1)
+        compute.end()
+        device.queue.submit([encoder.finish()])
+        width = int(np.frombuffer(device.queue.read_buffer(out), np.uint32)[0])
+        return width if 1 <= width <= 128 else 32

@@ -52,12 +52,13 @@ class Kernels:
 
     def dispatch(self, file: str | tuple[str, ...], entry: str, params: tuple, buffers: list, groups, prelude: str | None = None,
                  constants: tuple = ()) -> Dispatch:
-        """Record one dispatch: binding 0 is the params block, then `buffers` as bindings 1…"""
+        """Record one dispatch: binding 0 is the params block, then `buffers` as bindings 1…
+        (None: a binding the kernel does not have)"""
         pipeline = self.pipeline(file, entry, prelude, constants)
         uniform = self.device.create_buffer_with_data(data=pack_params(*params), usage=wgpu.BufferUsage.UNIFORM)
         entries = [{"binding": 0, "resource": {"buffer": uniform, "offset": 0, "size": uniform.size}}]
         entries += [{"binding": i + 1, "resource": {"buffer": b, "offset": 0, "size": b.size}}
-                    for i, b in enumerate(buffers)]
+                    for i, b in enumerate(buffers) if b is not None]
         bind_group = self.device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)
         g = tuple(groups) + (1,) * (3 - len(groups))
         return Dispatch(pipeline, bind_group, g)

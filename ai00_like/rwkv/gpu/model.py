@@ -44,6 +44,14 @@ def matmul_tile(rows: int) -> tuple:
     no taller than the rows need (up to 4)."""
     return (("TM", min(4, 1 << max(0, (rows - 1) // 16).bit_length())), ("TN", TILE_N),
             ("ROWS", 8 if rows <= 8 else MATVEC_ROWS))
+
+
+def matvec_group_rows(entry: str, subgroup_width: int) -> int:
+    """Outputs per workgroup of the subgroup matrix–vector kernels: for each subgroup of their
+    64 invocations 8 (matvec8_subgroup) or 4 (matvec8_rows_subgroup, for every row of x)."""
+    return (8 if entry == "matvec8_subgroup" else 4) * max(1, 64 // max(1, subgroup_width))
+
+
 PROGRAMS_KEPT = 32  # recorded step shapes kept for reuse
 BYTES_PER_WEIGHT = {"fp32": 4, "fp16": 2, "int8": 1.04, "nf4": 0.54}  # with the block scales
 WEIGHT_ACCESS = {  # matmul.wgsl's weight reads per storage format
@@ -443,18 +451,25 @@ class GpuModel:
             for part in matrix.parts:
                 params = (n_rows, part.rows, Kdim, off(src) + src_shift, src_stride or Kdim, 0, dst_off + part.first,
                           M, activation, accumulate)
-                shader = "matmul.wgsl"
+                shader, constants = "matmul.wgsl", tile
                 if n_rows > 1 and n_rows <= MATVEC_ROWS and Kdim % 8 == 0:
                     entry, groups = "matvec8_rows", ((part.rows + 3) // 4, 1)
                 elif n_rows < MATVEC_ROWS:
                     entry, groups = "matvec8" if Kdim % 8 == 0 else "matvec", ((part.rows + 3) // 4, n_rows)
-                    if entry == "matvec8" and self.gpu.subgroups and self.use_subgroups:
-                        shader, entry = ("matmul.wgsl", "matvec_subgroup.wgsl"), "matvec8_subgroup"
                 else:
                     entry, groups = "matmul_tiled", (-(-part.rows // (16 * TILE_N)), -(-n_rows // (16 * tm)))
-                buffers = [act, part.buffer, target or act] + ([part.scales] if part.scales is not None else [])
+                if entry in ("matvec8", "matvec8_rows") and self.gpu.subgroups and self.use_subgroups:
+                    # each subgroup on its own outputs: no workgroup reduction (shaders/matvec_subgroup.wgsl)
+                    shader, entry = ("matmul.wgsl", "matvec_subgroup.wgsl"), entry + "_subgroup"
+                    rows_per_group = matvec_group_rows(entry, self.gpu.subgroup_width)
+                    groups = (-(-part.rows // rows_per_group), groups[1])
+                    x4 = int((off(src) + src_shift) % 4 == 0 and (src_stride or Kdim) % 4 == 0)
+                    constants = (*tile, ("GROUP_ROWS", rows_per_group), ("X4", x4))
+                buffers = [act, part.buffer, target or act, part.scales]
+                if shader != "matmul.wgsl":
+                    buffers.append(act)  # binding 5: x as vec4
                 out.append(K.dispatch(shader, entry, params, buffers, groups,
-                                      prelude=WEIGHT_ACCESS[matrix.format], constants=tile))
+                                      prelude=WEIGHT_ACCESS[matrix.format], constants=constants))
 
         def multiply(a, b, dst, accumulate=0):
             out.append(K.dispatch("elementwise.wgsl", "mul", (C, off(a), off(b), off(dst), accumulate), [act],

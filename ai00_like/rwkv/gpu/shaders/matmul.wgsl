@@ -138,27 +138,31 @@ fn reduce_and_store_if(row: u32, m0: u32, lid: u32, acc: vec4<f32>, valid: bool)
     workgroupBarrier();  // partial is reused by the next call
 }
 
-// this thread's share of 4 outputs of one row: K is a multiple of 8 and w_off 0, and
-// consecutive threads read consecutive 8-weight groups
-fn matvec8_sum(row: u32, m0: u32, lid: u32) -> vec4<f32> {
+// The 8-weight groups of 4 rows of W from m0 at column group j (rows past the end repeat the
+// last one and are not stored; K is a multiple of 8 and w_off 0), and their products with x.
+fn weights4(m0: u32, j: u32) -> array<mat2x4<f32>, 4> {
     let k8 = p.k / 8u;
-    // rows past the end repeat the last one and are not stored
-    let w0 = m0 * k8;
-    let w1 = min(m0 + 1u, p.m - 1u) * k8;
-    let w2 = min(m0 + 2u, p.m - 1u) * k8;
-    let w3 = min(m0 + 3u, p.m - 1u) * k8;
-    let xb = p.x_off + row * p.x_stride;
+    return array<mat2x4<f32>, 4>(weight8(m0 * k8 + j), weight8(min(m0 + 1u, p.m - 1u) * k8 + j),
+                                 weight8(min(m0 + 2u, p.m - 1u) * k8 + j), weight8(min(m0 + 3u, p.m - 1u) * k8 + j));
+}
+
+fn dot4(w: array<mat2x4<f32>, 4>, x: mat2x4<f32>) -> vec4<f32> {
+    return vec4<f32>(dot(w[0][0], x[0]) + dot(w[0][1], x[1]), dot(w[1][0], x[0]) + dot(w[1][1], x[1]),
+                     dot(w[2][0], x[0]) + dot(w[2][1], x[1]), dot(w[3][0], x[0]) + dot(w[3][1], x[1]));
+}
+
+// x[row, 8j … 8j+7]
+fn x8_scalars(row: u32, j: u32) -> mat2x4<f32> {
+    let k = p.x_off + row * p.x_stride + 8u * j;
+    return mat2x4<f32>(vec4<f32>(src[k], src[k + 1u], src[k + 2u], src[k + 3u]),
+                       vec4<f32>(src[k + 4u], src[k + 5u], src[k + 6u], src[k + 7u]));
+}
+
+// this thread's share of 4 outputs of one row: consecutive threads read consecutive groups
+fn matvec8_sum(row: u32, m0: u32, lid: u32) -> vec4<f32> {
     var acc = vec4<f32>(0.0);
-    for (var j = lid; j < k8; j += THREADS) {
-        let k = xb + 8u * j;
-        let x = mat2x4<f32>(vec4<f32>(src[k], src[k + 1u], src[k + 2u], src[k + 3u]),
-                            vec4<f32>(src[k + 4u], src[k + 5u], src[k + 6u], src[k + 7u]));
-        let a = weight8(w0 + j);
-        let b = weight8(w1 + j);
-        let c = weight8(w2 + j);
-        let d = weight8(w3 + j);
-        acc += vec4<f32>(dot(a[0], x[0]) + dot(a[1], x[1]), dot(b[0], x[0]) + dot(b[1], x[1]),
-                         dot(c[0], x[0]) + dot(c[1], x[1]), dot(d[0], x[0]) + dot(d[1], x[1]));
+    for (var j = lid; j < p.k / 8u; j += THREADS) {
+        acc += dot4(weights4(m0, j), x8_scalars(row, j));
     }
     return acc;
 }
@@ -178,24 +182,12 @@ fn matvec8_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_
     workgroupBarrier();
     let m0 = wg.x * 4u;
     let row0 = wg.y * ROWS;
-    let k8 = p.k / 8u;
-    let w0 = m0 * k8;
-    let w1 = min(m0 + 1u, p.m - 1u) * k8;
-    let w2 = min(m0 + 2u, p.m - 1u) * k8;
-    let w3 = min(m0 + 3u, p.m - 1u) * k8;
     var acc: array<vec4<f32>, ROWS>;
-    for (var j = lid.x; j < k8; j += THREADS) {
-        let a = weight8(w0 + j);
-        let b = weight8(w1 + j);
-        let c = weight8(w2 + j);
-        let d = weight8(w3 + j);
+    for (var j = lid.x; j < p.k / 8u; j += THREADS) {
+        let w = weights4(m0, j);
         for (var r = 0u; r < ROWS; r++) {
             if (row0 + r < p.rows) {
-                let k = p.x_off + (row0 + r) * p.x_stride + 8u * j;
-                let x = mat2x4<f32>(vec4<f32>(src[k], src[k + 1u], src[k + 2u], src[k + 3u]),
-                                    vec4<f32>(src[k + 4u], src[k + 5u], src[k + 6u], src[k + 7u]));
-                acc[r] += vec4<f32>(dot(a[0], x[0]) + dot(a[1], x[1]), dot(b[0], x[0]) + dot(b[1], x[1]),
-                                    dot(c[0], x[0]) + dot(c[1], x[1]), dot(d[0], x[0]) + dot(d[1], x[1]));
+                acc[r] += dot4(w, x8_scalars(row0 + r, j));
             }
         }
     }
