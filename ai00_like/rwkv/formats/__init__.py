@@ -53,20 +53,6 @@ def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
     return wide.view(np.float32)
 
 
-def _advise(arr: np.ndarray, advice: int) -> None:
-    """madvise the pages wholly inside a memory-mapped array (a no-op for other arrays)."""
-    base = arr
-    while isinstance(base, (np.ndarray, memoryview)):  # views of views of the mapping
-        base = base.base if isinstance(base, np.ndarray) else base.obj
-    if not isinstance(base, mmap.mmap) or not hasattr(base, "madvise") or arr.nbytes < mmap.PAGESIZE:
-        return
-    start = arr.__array_interface__["data"][0] - np.frombuffer(base, np.uint8).__array_interface__["data"][0]
-    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
-    stop = (start + arr.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
-    if stop > first:
-        base.madvise(advice, first, stop - first)
-
-
 def release_pages(arr: np.ndarray) -> None:
     """Drop a mapped array's pages from this process's memory once it has been converted.
 
@@ -74,7 +60,16 @@ def release_pages(arr: np.ndarray) -> None:
     resident beside it (two copies of the weights). The file stays in the page cache, and
     the mapping stays valid: touching the array again reads it back in.
     """
-    _advise(arr, mmap.MADV_DONTNEED)
+    base = arr
+    while isinstance(base, (np.ndarray, memoryview)):  # views of views of the mapping
+        base = base.base if isinstance(base, np.ndarray) else base.obj
+    if not isinstance(base, mmap.mmap) or not hasattr(base, "madvise") or arr.nbytes < mmap.PAGESIZE:
+        return
+    start = arr.__array_interface__["data"][0] - np.frombuffer(base, np.uint8).__array_interface__["data"][0]
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE  # only pages wholly inside the array
+    stop = (start + arr.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+    if stop > first:
+        base.madvise(mmap.MADV_DONTNEED, first, stop - first)
 
 
 def gather_rows(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
