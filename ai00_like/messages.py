@@ -1,4 +1,4 @@
-"""The messages between the tiers, in one table (design.md "The three tiers").
+"""The messages between the tiers, in one table (docs/architecture.md, "The three tiers").
 
 api/ ──(requests below)──► middleware.py ──(GenerateJob)──► run.py
   ▲                                                            │

@@ -20,7 +20,7 @@ from ai00_like.rwkv.formats.safetensors import write_safetensors
 from ai00_like.rwkv.synthetic import make_checkpoint, make_state
 
 TIMEOUT = 60
-SPEC_PATH = Path(__file__).resolve().parents[2] / "shared" / "openai" / "openapi-subset.yaml"
+SPEC_PATH = Path(__file__).resolve().parent / "data" / "openai" / "openapi-subset.yaml"  # see its README
 
 
 def write_model(path: Path, version: str = "7", seed: int = 3) -> Path:

@@ -33,6 +33,7 @@ from openai.types.chat.chat_completion_message_function_tool_call import Functio
 from ops_helpers import parse_metrics
 from pydantic import BaseModel, Field
 
+from ai00_like.api.oai.prompt import render_chat
 from ai00_like.api.oai.structured import structured_output
 from ai00_like.api.oai.tools import CLOSE, ToolCallReader, call_text, with_tools
 from ai00_like.api.oai.types import (
@@ -43,7 +44,6 @@ from ai00_like.api.oai.types import (
     ToolCallIn,
     ToolDef,
 )
-from ai00_like.api.prompt import render_chat
 from ai00_like.rwkv.tokenizer import default_tokenizer_path, load_tokenizer
 from ai00_like.sampler import grammar as grammar_module
 from ai00_like.sampler.grammar import compile_grammar

@@ -23,7 +23,7 @@ from aiohttp import web
 
 from ..config import Config
 from ..middleware import Middleware
-from . import auth, files, logs, metrics
+from . import auth, files, logs, ops
 from .ai00 import admin
 from .ai00 import models as ai00_models
 from .ai00 import types as ai00
@@ -86,11 +86,11 @@ AI00_ROUTES = [
           body=files.ConfigSaveRequest, returns=files.ConfigFile),
 ]
 
-# Operations: Prometheus metrics and the health probe (api/metrics.py).
+# Operations: Prometheus metrics and the health probe (api/ops.py).
 OPS_ROUTES = [
-    Route("GET", "/metrics", metrics.metrics_route, "Prometheus metrics (vLLM's names under `rwkv:`)"),
-    Route("GET", "/health", metrics.health_route, "200 when a model is ready, 503 while loading or with none",
-          returns=metrics.Health),
+    Route("GET", "/metrics", ops.metrics_route, "Prometheus metrics (vLLM's names under `rwkv:`)"),
+    Route("GET", "/health", ops.health_route, "200 when a model is ready, 503 while loading or with none",
+          returns=ops.Health),
 ]
 
 

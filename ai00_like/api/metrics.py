@@ -1,4 +1,4 @@
-"""GET /metrics (Prometheus) and GET /health.
+"""What GET /metrics exports (Prometheus); the route itself is in api/ops.py.
 
 Names and meanings follow vLLM's (`openai-and-peers.md` §3) under our prefix `rwkv:`, so
 vLLM dashboards and alerts work after renaming the prefix. Two sources:
@@ -18,13 +18,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Literal
 
-import msgspec
-from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import generate_latest
 
 from ..messages import (
     BackendCounters,
@@ -212,31 +209,3 @@ class RequestObserver:
         if unfinished and not self.closed and self.metrics is not None:
             self.metrics.aborted.labels(self.model).inc()
         self.closed = True
-
-
-# ------------------------------------------------------------------------------ routes
-
-
-async def metrics_route(request: web.Request, serving) -> web.Response:
-    from .ai00.models import live_info  # here: serving.py imports this module
-
-    load = serving.loads
-    body = await serving.metrics.exposition(await live_info(serving), load)
-    # prometheus_client's content type carries its own charset parameter.
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-
-class Health(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """GET /health: `ok` with the model's id, or (with status 503) `loading` / `no_model`."""
-
-    status: Literal["ok", "loading", "no_model"]
-    model: str | None = None
-
-
-async def health_route(request: web.Request, serving) -> Health | web.Response:
-    """200 once a model is ready; 503 while one loads or none is loaded (load balancers, k8s)."""
-    if serving.model is not None:
-        return Health(status="ok", model=serving.model.name)
-    health = Health(status="loading" if serving.loading is not None else "no_model")
-    return web.Response(body=msgspec.json.encode(health), status=503, content_type="application/json",
-                        headers={"Retry-After": "2"})

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from ..config import Config
-from ..messages import Failed, Load, Loaded, ModelInfoEvent, ModelSpec, Unload
+from ..messages import Failed, GetInfo, Load, Loaded, ModelInfoEvent, ModelSpec, Unload
 from ..middleware import Middleware
 from .channel import EventChannel
 from .errors import ApiError, model_not_found
@@ -71,6 +71,15 @@ class Serving:
         if requested and requested not in self.names_of_model():
             raise model_not_found(requested, model.name)
         return model
+
+    async def live_info(self) -> ModelInfoEvent | None:
+        """The middleware's current view (slot use, cache size), or None when nothing is loaded."""
+        if self.model is None:
+            return None
+        channel = EventChannel()
+        self.middleware.send(GetInfo(channel.reply()))
+        event = await channel.first()
+        return event if isinstance(event, ModelInfoEvent) else None
 
     def unavailable(self) -> ApiError:
         if self.loading is not None:

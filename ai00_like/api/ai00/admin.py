@@ -20,7 +20,7 @@ from ..body import decode_body
 from ..channel import EventChannel
 from ..errors import ApiError, bad_request, from_failed
 from ..serving import Serving
-from .models import live_info, status
+from .models import status
 from .types import ReloadRequest, SaveRequest, SaveResponse, ServerStatus
 
 
@@ -89,7 +89,7 @@ async def load(request: web.Request, serving: Serving) -> ServerStatus:
     if sum(s.default for s in req.state) > 1:
         raise bad_request("at most one state may have default = true", "state")
     await serving.load(reload_spec(req, serving))
-    return status(serving, await live_info(serving))
+    return status(serving, await serving.live_info())
 
 
 async def unload(request: web.Request, serving: Serving) -> ServerStatus:

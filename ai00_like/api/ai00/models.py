@@ -15,9 +15,8 @@ from pathlib import Path
 import msgspec
 from aiohttp import web
 
-from ...messages import GetInfo, ModelInfoEvent
+from ...messages import ModelInfoEvent
 from ...rwkv.info import ModelInfo
-from ..channel import EventChannel
 from ..serving import Serving
 from ..sse import EventStream
 from .types import Ai00ModelInfo, LoraItem, ModelFile, ReloadInfo, ServerStatus, StateItem, StateRefInfo
@@ -37,16 +36,6 @@ def relative_to(path: str, root: Path) -> str:
         return str(Path(path).resolve().relative_to(root.resolve()))
     except ValueError:
         return path
-
-
-async def live_info(serving: Serving) -> ModelInfoEvent | None:
-    """The middleware's current view (slot use, cache size), or None when nothing is loaded."""
-    if serving.model is None:
-        return None
-    channel = EventChannel()
-    serving.middleware.send(GetInfo(channel.reply()))
-    event = await channel.first()
-    return event if isinstance(event, ModelInfoEvent) else None
 
 
 def status(serving: Serving, event: ModelInfoEvent | None) -> ServerStatus:
@@ -77,7 +66,7 @@ def status(serving: Serving, event: ModelInfoEvent | None) -> ServerStatus:
 
 
 async def models_info(request: web.Request, serving: Serving) -> ServerStatus:
-    return status(serving, await live_info(serving))
+    return status(serving, await serving.live_info())
 
 
 async def models_state(request: web.Request, serving: Serving) -> web.StreamResponse:
@@ -86,7 +75,7 @@ async def models_state(request: web.Request, serving: Serving) -> web.StreamResp
     await out.start()
     last, silent = None, 0.0
     while True:
-        current = msgspec.json.encode(status(serving, await live_info(serving)))
+        current = msgspec.json.encode(status(serving, await serving.live_info()))
         if current != last:
             await out.send_raw(current)
             last, silent = current, 0.0

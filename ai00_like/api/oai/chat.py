@@ -7,7 +7,6 @@ from aiohttp import web
 
 from ...messages import TextPiece
 from ..body import decode_body
-from ..prompt import DEFAULT_CHAT_STOP, render_chat
 from ..serving import Serving
 from .generation import (
     GenerationRun,
@@ -22,6 +21,7 @@ from .generation import (
     stop_strings,
     stream,
 )
+from .prompt import DEFAULT_CHAT_STOP, render_chat
 from .state import requested_state
 from .structured import structured_output
 from .tools import ToolCallReader, with_tools

@@ -7,7 +7,7 @@ Ai00's own request fields (`names`, `template`, `state`, `sampler`, `bias`, …)
 OpenAI's.
 
 Responses are exact: field names, required fields and nullability as in OpenAI's schemas
-(`shared/openai/openapi-subset.yaml`); fields that are optional there use UNSET so they
+(vendored for the tests in `tests/data/openai/openapi-subset.yaml`); fields that are optional there use UNSET so they
 are left out rather than sent as null.
 """
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .errors import bad_request
-from .oai.types import ChatMessage, ChatTemplate
+from ..errors import bad_request
+from .types import ChatMessage, ChatTemplate
 
 DEFAULT_TEMPLATE = ChatTemplate(record="{role}: {content}", prefix="{assistant}:", sep="\n\n")
 DEFAULT_CHAT_STOP = ("\n\n",)
