@@ -16,6 +16,12 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import msgspec
+import numpy as np
+
+from .rwkv.info import ModelInfo
+from .rwkv.state import State
+from .rwkv.tokenizer import HFTokenizer, WorldTokenizer
+from .sampler import RequestSampler, SamplingOptions
 
 Reply = Callable[[Any], None]
 
@@ -101,14 +107,14 @@ class Generate(msgspec.Struct, frozen=True):
     prompt: str
     reply: Reply
     cancel: Cancel
-    options: Any  # sampler.SamplingOptions
+    options: SamplingOptions
     max_tokens: int = 256
     stop: tuple[str, ...] = ()
     n: int = 1
     model_text: str = ""  # earlier assistant turns, which seed the repetition penalties
     # The initial state: a configured state's id or name, a `.state` file in the models
-    # folder, or a rwkv.state.State given inline; None: the default state.
-    state: Any = None
+    # folder, or a State given inline; None: the default state.
+    state: str | State | None = None
     stop_on_eos: bool = True
 
 
@@ -131,7 +137,7 @@ class Choose(msgspec.Struct, frozen=True):
     choices: tuple[str, ...]
     reply: Reply
     calibrate: bool = False
-    state: Any = None  # as Generate.state
+    state: str | State | None = None  # as Generate.state
 
 
 class ScorePrompt(msgspec.Struct, frozen=True):
@@ -141,7 +147,7 @@ class ScorePrompt(msgspec.Struct, frozen=True):
     prompt: str
     reply: Reply
     top: int = 0  # also the `top` most likely alternatives at each position
-    state: Any = None  # as Generate.state
+    state: str | State | None = None  # as Generate.state
 
 
 class ReadState(msgspec.Struct, frozen=True):
@@ -149,7 +155,7 @@ class ReadState(msgspec.Struct, frozen=True):
 
     prompt: str
     reply: Reply
-    state: Any = None  # as Generate.state
+    state: str | State | None = None  # as Generate.state
 
 
 # ------------------------------------------------------------------ events back to the waiting handler
@@ -174,7 +180,7 @@ class ModelInfoEvent(msgspec.Struct, frozen=True):
 
     name: str
     path: str
-    info: Any  # rwkv.info.ModelInfo
+    info: ModelInfo
     spec: ModelSpec
     states: tuple[StateSpec, ...]
     slots: int
@@ -183,7 +189,7 @@ class ModelInfoEvent(msgspec.Struct, frozen=True):
     cache_entries: int
     cache_bytes: int
     counters: BackendCounters = BackendCounters()
-    tokenizer: Any = None  # the model's tokenizer (read-only use: token bytes for logprobs, counts)
+    tokenizer: WorldTokenizer | HFTokenizer | None = None  # read-only use: token bytes for logprobs, counts
 
 
 class Loaded(msgspec.Struct, frozen=True):
@@ -224,7 +230,7 @@ class TextPiece(msgspec.Struct, frozen=True):
 
 
 class Embeddings(msgspec.Struct, frozen=True):
-    vectors: tuple[Any, ...]  # one float32 numpy vector [n_embd] per text
+    vectors: tuple[np.ndarray, ...]  # one float32 vector [n_embd] per text
     prompt_tokens: int
 
 
@@ -240,7 +246,7 @@ class PromptScores(msgspec.Struct, frozen=True):
 
 
 class StateRead(msgspec.Struct, frozen=True):
-    state: Any  # rwkv.state.State
+    state: State
     prompt_tokens: int
 
 
@@ -258,14 +264,14 @@ class GenerateJob(msgspec.Struct, frozen=True):
     """A tokenised Generate, with one sampler per choice, ready for a slot."""
 
     tokens: tuple[int, ...]
-    samplers: tuple[Any, ...]  # sampler.RequestSampler, one per choice (n)
+    samplers: tuple[RequestSampler, ...]  # one per choice (n)
     reply: Reply
     cancel: Cancel
     max_tokens: int
     stop: tuple[str, ...] = ()
     stop_on_eos: bool = True
     partition: str = ""  # which initial state: prefix-cache entries are never shared across them
-    initial_state: Any = None  # rwkv.state.State, or None for the model's own
+    initial_state: State | None = None  # None: the model's own
 
 
 class EmbedJob(msgspec.Struct, frozen=True):
@@ -279,18 +285,18 @@ class ChooseJob(msgspec.Struct, frozen=True):
     calibrate: bool
     reply: Reply
     partition: str = ""
-    initial_state: Any = None
+    initial_state: State | None = None
 
 
 class StateJob(msgspec.Struct, frozen=True):
     tokens: tuple[int, ...]
     reply: Reply
     partition: str = ""
-    initial_state: Any = None
+    initial_state: State | None = None
 
 
 class ScoreJob(msgspec.Struct, frozen=True):
     tokens: tuple[int, ...]
     top: int
     reply: Reply
-    initial_state: Any = None
+    initial_state: State | None = None

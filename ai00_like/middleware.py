@@ -8,7 +8,6 @@ to the backend. With no model loaded every request fails at once with a clear er
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import queue
@@ -17,99 +16,20 @@ from collections import deque
 from pathlib import Path
 
 import msgspec
-import numpy as np
 
+from .loaded import LoadedModel, build
 from .messages import (
-    Choose, ChooseJob, Embed, EmbedJob, Failed, Generate, GenerateJob, GetInfo, Load, Loaded, ModelInfoEvent,
-    ModelSpec, ReadState, Save, Saved, ScoreJob, ScorePrompt, StateJob, Unload, Unloaded,
+    Choose, ChooseJob, Embed, EmbedJob, Failed, Generate, GenerateJob, GetInfo, Load, Loaded, ReadState, Save, Saved,
+    ScoreJob, ScorePrompt, StateJob, Unload, Unloaded,
 )
-from .run import Backend
+from .rwkv.formats.safetensors import write_safetensors
+from .sampler import RequestSampler
 
 log = logging.getLogger(__name__)
-
-
-class LoadedModel:
-    """A model with everything that serves it."""
-
-    def __init__(self, spec: ModelSpec, model, tokenizer, states: dict, backend: Backend):
-        self.spec, self.model, self.tokenizer, self.states, self.backend = spec, model, tokenizer, states, backend
-        self.name = spec.name or Path(spec.path).stem
-        self.state_files: dict = {}  # (path, mtime) → State, for per-request `.state` files
-
-    def describe(self) -> ModelInfoEvent:
-        cache = self.backend.cache
-        return ModelInfoEvent(
-            name=self.name, path=self.spec.path, info=self.model.info, spec=self.spec, states=self.spec.states,
-            slots=self.model.max_batch, running=self.backend.running, waiting=self.backend.queued,
-            cache_entries=len(cache), cache_bytes=cache.bytes, counters=self.backend.counters(), tokenizer=self.tokenizer,
-        )
-
-    def initial_state(self, wanted):
-        """(partition, State or None) for a request's `state`: a configured state's id or name,
-        a `.state` file in the models folder, or a State given inline. The partition keeps
-        prefix-cache entries of different initial states apart."""
-        from .rwkv.state import State
-
-        if wanted is None:
-            default = next((s for s in self.spec.states if s.default), None)
-            return ("", None) if default is None else (default.id, self.states[default.id])
-        if isinstance(wanted, State):
-            wanted.check(self.model.info)
-            digest = hashlib.sha256()
-            for part in (wanted.att_shift, wanted.wkv, wanted.ffn_shift):
-                digest.update(np.ascontiguousarray(part, dtype=np.float32).tobytes())
-            return "inline:" + digest.hexdigest(), wanted
-        for spec in self.spec.states:
-            if wanted in (spec.id, spec.name):
-                return spec.id, self.states[spec.id]
-        if isinstance(wanted, str) and wanted.endswith(".state"):
-            return "file:" + wanted, self._state_file(wanted)
-        raise LookupError(f"unknown state '{wanted}'")
-
-    def _state_file(self, name: str):
-        """A `.state` file inside the models folder, never a path outside it."""
-        from .rwkv import load_state
-
-        root = Path(self.spec.models_dir or Path(self.spec.path).parent).resolve()
-        path = (root / name).resolve()
-        if Path(name).is_absolute() or root not in path.parents:
-            raise LookupError(f"state file '{name}' is not inside the models folder")
-        if not path.is_file():
-            raise LookupError(f"state file '{name}' not found in the models folder")
-        key = (str(path), path.stat().st_mtime_ns)
-        if key not in self.state_files:
-            try:
-                self.state_files[key] = load_state(path, self.model.info)
-            except Exception as exc:  # ModelFileError: one line naming the file
-                raise LookupError(str(exc)) from None
-        return self.state_files[key]
-
-
-def build(spec: ModelSpec, progress=None) -> LoadedModel:
-    """Load model, tokenizer and initial states, and start a backend for them."""
-    from .rwkv import load_model, load_state
-    from .rwkv.quant import quantisation_of
-    from .rwkv.tokenizer import default_tokenizer_path, load_tokenizer
-
-    model = load_model(spec.path, spec.device, max_batch=spec.max_batch,
-                       loras=[(lora.path, lora.alpha) for lora in spec.loras], progress=progress,
-                       precision=spec.precision, quant=spec.quant, quant_type=spec.quant_type)
-    layers, kind = quantisation_of(model.tensors)  # a saved quantised model stays quantised
-    spec = msgspec.structs.replace(spec, quant=layers, quant_type=kind) if layers else spec
-    tokenizer = load_tokenizer(spec.tokenizer or default_tokenizer_path())
-    states = {s.id: load_state(s.path, model.info) for s in spec.states}
-    backend = Backend(model, tokenizer, token_chunk_size=spec.token_chunk_size, cache_bytes=spec.cache_bytes,
-                      checkpoint_interval=spec.checkpoint_interval)
-    return LoadedModel(spec, model, tokenizer, states, backend)
-
 
 class _Swap(msgspec.Struct, frozen=True):
     loaded: object
     load: Load
-
-
-class PromptTooLong(ValueError):
-    kind = "too_long"  # → 400 context_length_exceeded, as OpenAI answers
 
 
 class _LoadFailed(msgspec.Struct, frozen=True):
@@ -124,6 +44,12 @@ class Middleware:
         self.inbox: queue.Queue = queue.Queue()
         self._loads: deque[Load] = deque()
         self._loading = False
+        self._handlers = {
+            Generate: self._generate, Embed: self._embed, Choose: self._with_initial_state,
+            ReadState: self._with_initial_state, ScorePrompt: self._with_initial_state, GetInfo: self._info,
+            Load: self._queue_load, _Swap: self._swap, _LoadFailed: self._load_failed, Save: self._save,
+            Unload: self._unload,
+        }
         self._thread = threading.Thread(target=self._loop, name="middleware", daemon=True)
         self._thread.start()
 
@@ -147,53 +73,54 @@ class Middleware:
                     self.current.backend.stop("the server is shutting down")
                 return
             try:
-                self._handle(message)
+                handle = self._handlers.get(type(message))
+                if handle is None:
+                    raise TypeError(f"unknown message {type(message).__name__}")
+                handle(message)
             except Exception as exc:  # never let one message kill the thread
                 log.exception("middleware failed on %s", type(message).__name__)
                 reply = getattr(message, "reply", None) or getattr(getattr(message, "load", None), "reply", None)
                 if reply is not None:
                     reply(Failed(f"internal error: {exc}", "internal"))
 
-    def _handle(self, message) -> None:
-        if isinstance(message, Generate):
-            self._generate(message)
-        elif isinstance(message, Embed):
-            if self.current is None:
-                message.reply(Failed("no model is loaded", "no_model"))
-            else:
-                try:
-                    token_lists = tuple(self._encode(self.current, t) for t in message.texts)
-                except ValueError as exc:
-                    message.reply(Failed(str(exc), getattr(exc, "kind", "bad_request")))
-                else:
-                    self.current.backend.submit(EmbedJob(token_lists, message.reply))
-        elif isinstance(message, (Choose, ReadState, ScorePrompt)):
-            self._with_initial_state(message)
-        elif isinstance(message, GetInfo):
-            message.reply(self.current.describe() if self.current else Failed("no model is loaded", "no_model"))
-        elif isinstance(message, Load):
-            self._loads.append(message)
-            self._next_load()
-        elif isinstance(message, _Swap):
-            old, self.current = self.current, message.loaded
-            if old is not None:
-                old.backend.stop("the model was replaced by a new one")
-            self._loading = False
-            message.load.reply(Loaded(self.current.describe()))
-            self._next_load()
-        elif isinstance(message, _LoadFailed):
-            self._loading = False
-            message.load.reply(Failed(message.error, "load_failed"))
-            self._next_load()
-        elif isinstance(message, Save):
-            self._save(message)
-        elif isinstance(message, Unload):
-            if self.current is not None:
-                self.current.backend.stop("the model was unloaded")
-                self.current = None
-            message.reply(Unloaded())
-        else:
-            raise TypeError(f"unknown message {type(message).__name__}")
+    @staticmethod
+    def _refuse(request, exc: Exception) -> None:
+        """A request the user got wrong: its error, with the kind the HTTP tier maps to a status."""
+        request.reply(Failed(str(exc), getattr(exc, "kind", "bad_request")))
+
+    def _loaded(self, request) -> LoadedModel | None:
+        if self.current is None:
+            request.reply(Failed("no model is loaded", "no_model"))
+        return self.current
+
+    # ------------------------------------------------------------------ the model's lifecycle
+
+    def _info(self, request: GetInfo) -> None:
+        if (current := self._loaded(request)) is not None:
+            request.reply(current.describe())
+
+    def _queue_load(self, load: Load) -> None:
+        self._loads.append(load)
+        self._next_load()
+
+    def _swap(self, swap: _Swap) -> None:
+        old, self.current = self.current, swap.loaded
+        if old is not None:
+            old.backend.stop("the model was replaced by a new one")
+        self._loading = False
+        swap.load.reply(Loaded(self.current.describe()))
+        self._next_load()
+
+    def _load_failed(self, failed: _LoadFailed) -> None:
+        self._loading = False
+        failed.load.reply(Failed(failed.error, "load_failed"))
+        self._next_load()
+
+    def _unload(self, request: Unload) -> None:
+        if self.current is not None:
+            self.current.backend.stop("the model was unloaded")
+            self.current = None
+        request.reply(Unloaded())
 
     def _next_load(self) -> None:
         if self._loading or not self._loads:
@@ -214,12 +141,9 @@ class Middleware:
 
     def _save(self, request: Save) -> None:
         """Write the model in a worker thread (seconds for a large model); never over a file."""
-        from .rwkv.formats.safetensors import write_safetensors
-
-        if self.current is None:
-            request.reply(Failed("no model is loaded", "no_model"))
+        if (current := self._loaded(request)) is None:
             return
-        tensors, target = self.current.model.tensors, Path(request.path)
+        tensors, target = current.model.tensors, Path(request.path)
         if target.exists():
             request.reply(Failed(f"{target.name} exists already; saving never overwrites a file", "bad_request"))
             return
@@ -238,39 +162,37 @@ class Middleware:
 
         threading.Thread(target=work, name="model-saver", daemon=True).start()
 
-    def _encode(self, current, text: str) -> tuple[int, ...]:
-        """Token ids of `text` (end-of-text for an empty one), checked against the model's vocabulary."""
-        tokens = tuple(current.tokenizer.encode(text)) or (0,)
-        limit = current.spec.max_prompt_tokens
-        if limit and len(tokens) > limit:
-            raise PromptTooLong(f"The input is {len(tokens)} tokens long; this server accepts at most {limit} "
-                                "([listen] max_prompt_tokens).")
-        if max(tokens) >= current.model.info.vocab:
-            raise ValueError(f"token id {max(tokens)} is outside the model's vocabulary of "
-                             f"{current.model.info.vocab}: the tokenizer does not belong to this model (give the "
-                             "model's vocabulary: [tokenizer] path in config.toml, --tokenizer for generate)")
-        return tokens
+    # ------------------------------------------------------------------ requests for the backend
 
     def _resolve(self, request):
         """(model, cache partition, initial state) for a request, or None once it got its error."""
-        if self.current is None:
-            request.reply(Failed("no model is loaded", "no_model"))
+        if (current := self._loaded(request)) is None:
             return None
         try:
-            return (self.current, *self.current.initial_state(request.state))
+            return (current, *current.initial_state(request.state))
         except (LookupError, ValueError) as exc:
-            request.reply(Failed(str(exc), getattr(exc, "kind", "bad_request")))
+            self._refuse(request, exc)
             return None
 
-    def _with_initial_state(self, request) -> None:
+    def _embed(self, request: Embed) -> None:
+        if (current := self._loaded(request)) is None:
+            return
+        try:
+            token_lists = tuple(current.encode(t) for t in request.texts)
+        except ValueError as exc:
+            self._refuse(request, exc)
+            return
+        current.backend.submit(EmbedJob(token_lists, request.reply))
+
+    def _with_initial_state(self, request: Choose | ScorePrompt | ReadState) -> None:
         if (resolved := self._resolve(request)) is None:
             return
         current, partition, initial = resolved
         try:
-            prompt = self._encode(current, request.prompt)
-            choices = tuple(self._encode(current, c) if c else () for c in getattr(request, "choices", ()))
+            prompt = current.encode(request.prompt)
+            choices = tuple(current.encode(c) if c else () for c in getattr(request, "choices", ()))
         except ValueError as exc:
-            request.reply(Failed(str(exc), getattr(exc, "kind", "bad_request")))
+            self._refuse(request, exc)
             return
         if isinstance(request, Choose):
             current.backend.submit(ChooseJob(prompt, choices, request.calibrate, request.reply, partition, initial))
@@ -280,17 +202,15 @@ class Middleware:
             current.backend.submit(StateJob(prompt, request.reply, partition, initial))
 
     def _generate(self, request: Generate) -> None:
-        from .sampler import RequestSampler
-
         if (resolved := self._resolve(request)) is None:
             return
         current, partition, initial = resolved
         try:
-            tokens = self._encode(current, request.prompt)
+            tokens = current.encode(request.prompt)
             model_tokens = current.tokenizer.encode(request.model_text) if request.model_text else []
             first = RequestSampler(request.options, current.model.info.vocab, model_tokens)
         except ValueError as exc:  # SamplerError among them
-            request.reply(Failed(str(exc), getattr(exc, "kind", "bad_request")))
+            self._refuse(request, exc)
             return
         samplers = (first,) + tuple(first.clone(i) for i in range(1, request.n))
         current.backend.submit(GenerateJob(

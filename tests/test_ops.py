@@ -21,7 +21,7 @@ from ops_helpers import ServerProcess, parse_metrics, process_config
 from ai00_like.api.app import all_routes
 from ai00_like.api.openapi import OPENAPI_PATH
 from ai00_like.cli import main
-from ai00_like.middleware import build
+from ai00_like.loaded import build
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 6,
         "temperature": 0}

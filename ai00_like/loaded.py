@@ -1,0 +1,103 @@
+"""A loaded model with everything that serves it: tokenizer, initial states, backend thread.
+
+`build` assembles one from a ModelSpec (in the middleware's loading thread, while the old
+model keeps serving); the middleware then asks it to turn request text into checked token
+ids and a request's `state` field into an initial state and a prefix-cache partition.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from .messages import ModelInfoEvent, ModelSpec
+from .rwkv import load_model, load_state
+from .rwkv.quant import quantisation_of
+from .rwkv.state import State
+from .rwkv.tokenizer import default_tokenizer_path, load_tokenizer
+from .run import Backend
+
+
+class PromptTooLong(ValueError):
+    kind = "too_long"  # → 400 context_length_exceeded, as OpenAI answers
+
+
+class LoadedModel:
+    def __init__(self, spec: ModelSpec, model, tokenizer, states: dict[str, State], backend: Backend):
+        self.spec, self.model, self.tokenizer, self.states, self.backend = spec, model, tokenizer, states, backend
+        self.name = spec.name or Path(spec.path).stem
+        self.state_files: dict = {}  # (path, mtime) → State, for per-request `.state` files
+
+    def describe(self) -> ModelInfoEvent:
+        cache = self.backend.cache
+        return ModelInfoEvent(
+            name=self.name, path=self.spec.path, info=self.model.info, spec=self.spec, states=self.spec.states,
+            slots=self.model.max_batch, running=self.backend.running, waiting=self.backend.queued,
+            cache_entries=len(cache), cache_bytes=cache.bytes, counters=self.backend.counters(), tokenizer=self.tokenizer,
+        )
+
+    def encode(self, text: str) -> tuple[int, ...]:
+        """Token ids of `text` (end-of-text for an empty one), checked against the model's vocabulary."""
+        tokens = tuple(self.tokenizer.encode(text)) or (0,)
+        limit = self.spec.max_prompt_tokens
+        if limit and len(tokens) > limit:
+            raise PromptTooLong(f"The input is {len(tokens)} tokens long; this server accepts at most {limit} "
+                                "([listen] max_prompt_tokens).")
+        if max(tokens) >= self.model.info.vocab:
+            raise ValueError(f"token id {max(tokens)} is outside the model's vocabulary of "
+                             f"{self.model.info.vocab}: the tokenizer does not belong to this model (give the "
+                             "model's vocabulary: [tokenizer] path in config.toml, --tokenizer for generate)")
+        return tokens
+
+    def initial_state(self, wanted) -> tuple[str, State | None]:
+        """(partition, State or None) for a request's `state`: a configured state's id or name,
+        a `.state` file in the models folder, or a State given inline. The partition keeps
+        prefix-cache entries of different initial states apart."""
+        if wanted is None:
+            default = next((s for s in self.spec.states if s.default), None)
+            return ("", None) if default is None else (default.id, self.states[default.id])
+        if isinstance(wanted, State):
+            wanted.check(self.model.info)
+            digest = hashlib.sha256()
+            for part in (wanted.att_shift, wanted.wkv, wanted.ffn_shift):
+                digest.update(np.ascontiguousarray(part, dtype=np.float32).tobytes())
+            return "inline:" + digest.hexdigest(), wanted
+        for spec in self.spec.states:
+            if wanted in (spec.id, spec.name):
+                return spec.id, self.states[spec.id]
+        if isinstance(wanted, str) and wanted.endswith(".state"):
+            return "file:" + wanted, self._state_file(wanted)
+        raise LookupError(f"unknown state '{wanted}'")
+
+    def _state_file(self, name: str) -> State:
+        """A `.state` file inside the models folder, never a path outside it."""
+        root = Path(self.spec.models_dir or Path(self.spec.path).parent).resolve()
+        path = (root / name).resolve()
+        if Path(name).is_absolute() or root not in path.parents:
+            raise LookupError(f"state file '{name}' is not inside the models folder")
+        if not path.is_file():
+            raise LookupError(f"state file '{name}' not found in the models folder")
+        key = (str(path), path.stat().st_mtime_ns)
+        if key not in self.state_files:
+            try:
+                self.state_files[key] = load_state(path, self.model.info)
+            except Exception as exc:  # ModelFileError: one line naming the file
+                raise LookupError(str(exc)) from None
+        return self.state_files[key]
+
+
+def build(spec: ModelSpec, progress=None) -> LoadedModel:
+    """Load model, tokenizer and initial states, and start a backend for them."""
+    model = load_model(spec.path, spec.device, max_batch=spec.max_batch,
+                       loras=[(lora.path, lora.alpha) for lora in spec.loras], progress=progress,
+                       precision=spec.precision, quant=spec.quant, quant_type=spec.quant_type)
+    layers, kind = quantisation_of(model.tensors)  # a saved quantised model stays quantised
+    spec = msgspec.structs.replace(spec, quant=layers, quant_type=kind) if layers else spec
+    tokenizer = load_tokenizer(spec.tokenizer or default_tokenizer_path())
+    states = {s.id: load_state(s.path, model.info) for s in spec.states}
+    backend = Backend(model, tokenizer, token_chunk_size=spec.token_chunk_size, cache_bytes=spec.cache_bytes,
+                      checkpoint_interval=spec.checkpoint_interval)
+    return LoadedModel(spec, model, tokenizer, states, backend)
