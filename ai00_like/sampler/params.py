@@ -46,11 +46,14 @@ def _check_within(field: str, value: float, low: float, high: float) -> None:
         raise SamplerError(field, f"must be in [{low:g}, {high:g}], got {value!r}")
 
 
-def _check_penalties(presence: float, frequency: float, decay: float) -> None:
+def _check_cut_and_penalties(params: Nucleus | Typical) -> None:
+    """The fields Nucleus and Typical share: the top-k cut, temperature and penalties."""
+    _check_at_least("top_k", params.top_k, 0)
+    _check_at_least("temperature", params.temperature, 0.0)
     # Negative penalties are allowed, as in OpenAI (-2..2): they encourage repetition.
-    _check_finite("presence_penalty", presence)
-    _check_finite("frequency_penalty", frequency)
-    _check_within("penalty_decay", decay, 0.0, 1.0)
+    _check_finite("presence_penalty", params.presence_penalty)
+    _check_finite("frequency_penalty", params.frequency_penalty)
+    _check_within("penalty_decay", params.penalty_decay, 0.0, 1.0)
 
 
 class Nucleus(msgspec.Struct, tag="Nucleus", tag_field="type", frozen=True):
@@ -69,9 +72,7 @@ class Nucleus(msgspec.Struct, tag="Nucleus", tag_field="type", frozen=True):
 
     def __post_init__(self) -> None:
         _check_within("top_p", self.top_p, 0.0, 1.0)
-        _check_at_least("top_k", self.top_k, 0)
-        _check_at_least("temperature", self.temperature, 0.0)
-        _check_penalties(self.presence_penalty, self.frequency_penalty, self.penalty_decay)
+        _check_cut_and_penalties(self)
 
     @property
     def is_greedy(self) -> bool:
@@ -94,9 +95,7 @@ class Typical(msgspec.Struct, tag="Typical", tag_field="type", frozen=True):
 
     def __post_init__(self) -> None:
         _check_within("tau", self.tau, 0.0, 1.0)
-        _check_at_least("top_k", self.top_k, 0)
-        _check_at_least("temperature", self.temperature, 0.0)
-        _check_penalties(self.presence_penalty, self.frequency_penalty, self.penalty_decay)
+        _check_cut_and_penalties(self)
 
     @property
     def is_greedy(self) -> bool:
