@@ -20,12 +20,12 @@ import numpy as np
 import wgpu
 
 from ..batch import BatchPlan, StepInput
-from ..cpu.blocks import LayerWeights
-from ..cpu.ops import GN_EPS, LN_EPS, as_float32, layer_norm
+from ..cpu.ops import GN_EPS, LN_EPS, layer_norm
 from ..formats import gather_rows
 from ..info import ModelInfo
 from ..quant import ALIGN, QuantisedMatrix, quant_options, quantise_tensors
 from ..state import State, StatePool, wkv_shape
+from ..weights import LayerWeights, as_float32
 from .device import Device
 from .kernels import Kernels
 
