@@ -152,6 +152,7 @@ def test_load_model_picks_the_device(tmp_path):
     from ai00_like.rwkv import load_model
     from ai00_like.rwkv.cpu.model import CpuModel
     from ai00_like.rwkv.gpu.model import GpuModel
+    from ai00_like.rwkv.model import Model
 
     path = tmp_path / "tiny.st"
     save_file(make_checkpoint("7", seed=5, **SHAPE), path)
@@ -161,6 +162,7 @@ def test_load_model_picks_the_device(tmp_path):
     assert isinstance(load_model(path, device=str(ADAPTER.index)), GpuModel)
     auto = load_model(path, device="auto", precision="fp32")  # a software adapter is never picked by "auto"
     assert isinstance(auto, CpuModel if best_adapter(allow_software=False) is None else GpuModel)
+    assert isinstance(on_gpu, Model) and isinstance(auto, Model)  # the seam the engine uses
     assert rel_err(on_gpu.forward([1, 2, 3])[0], auto.forward([1, 2, 3])[0]) < TOLERANCE
     with pytest.raises(ValueError, match="no GPU adapter 99"):
         load_model(path, device=99)
