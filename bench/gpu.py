@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT))
 from ai00_like.rwkv.accuracy import against_reference, greedy
 from ai00_like.rwkv.batch import StepInput
 from ai00_like.rwkv.cpu.model import CpuModel
-from ai00_like.rwkv.gpu import model as gpu_model
+from ai00_like.rwkv.gpu import recorder
+from ai00_like.rwkv.gpu.buffers import STORAGE, Uploader
 from ai00_like.rwkv.gpu.device import best_adapter, list_adapters
 from ai00_like.rwkv.gpu.kernels import Dispatch
 from ai00_like.rwkv.gpu.model import GpuModel
@@ -80,7 +81,7 @@ def grid(groups: int) -> tuple[int, int]:
 def kernel_figures(model: GpuModel, size: int, rows: int) -> dict:
     """Bandwidths and throughputs on `model`'s device, with `size`×`size` matrices."""
     device, kernels = model.gpu.device, model.kernels
-    usage = gpu_model.STORAGE
+    usage = STORAGE
     sync = lambda: device.queue.read_buffer(scratch, 0, 4)
     scratch = device.create_buffer(size=16, usage=usage)
     copy_bytes = 64 << 20
@@ -107,11 +108,9 @@ def kernel_figures(model: GpuModel, size: int, rows: int) -> dict:
         if fmt in ("int8", "nf4"):
             from ai00_like.rwkv.quant import QuantisedMatrix
 
-            matrix = model._matrix(QuantisedMatrix.of(fmt, weights))
+            matrix = Uploader(model.gpu).matrix(QuantisedMatrix.of(fmt, weights))
         else:
-            model.precision = fmt
-            matrix = model._matrix(weights)
-        model.precision = "fp16"
+            matrix = Uploader(model.gpu, fmt).matrix(weights)
         (part,) = matrix.parts
         nbytes = matrix.nbytes
         params = (1, size, size, 0, size, 0, 0, size, 0, 0)
@@ -120,12 +119,12 @@ def kernel_figures(model: GpuModel, size: int, rows: int) -> dict:
         if model.gpu.subgroups:
             variants.append((("matmul.wgsl", "matvec_subgroup.wgsl"), "matvec8_subgroup"))
         for shader, entry in variants:
-            groups, constants = ((size + 3) // 4, 1), gpu_model.matmul_tile(1)
+            groups, constants = ((size + 3) // 4, 1), recorder.matmul_tile(1)
             if "subgroup" in entry:
-                rows_per_group = gpu_model.matvec_group_rows(entry, model.gpu.subgroup_width)
+                rows_per_group = recorder.matvec_group_rows(entry, model.gpu.subgroup_width)
                 groups, constants = (-(-size // rows_per_group), 1), (*constants, ("GROUP_ROWS", rows_per_group), ("X4", 1))
             dispatch = kernels.dispatch(shader, entry, params, buffers + [x] * ("subgroup" in entry), groups,
-                                        prelude=gpu_model.WEIGHT_ACCESS[fmt], constants=constants)
+                                        prelude=recorder.WEIGHT_ACCESS[fmt], constants=constants)
             copy = copy_gbs()
             seconds = timed(kernels, [dispatch], 8, sync)
             out["matvec"][fmt + ("+subgroups" if "subgroup" in entry else "")] = {
@@ -138,19 +137,19 @@ def kernel_figures(model: GpuModel, size: int, rows: int) -> dict:
         for tm, tn in TILES:
             groups = (-(-half // (16 * tn)), -(-rows // (16 * tm)))
             dispatch = kernels.dispatch("matmul.wgsl", "matmul_tiled", params, buffers, groups,
-                                        prelude=gpu_model.WEIGHT_ACCESS[fmt], constants=(("TM", tm), ("TN", tn), ("ROWS", 8)))
+                                        prelude=recorder.WEIGHT_ACCESS[fmt], constants=(("TM", tm), ("TN", tn), ("ROWS", 8)))
             seconds = timed(kernels, [dispatch], 1, sync, tries=3)
             out["matmul"][f"{tm}x{tn}"] = 2 * rows * half * size / seconds / 1e9
     out["copy_GBps"] = max(copies)
-    used = "{}x{}".format(*(v for _, v in gpu_model.matmul_tile(rows)))
+    used = "{}x{}".format(*(v for _, v in recorder.matmul_tile(rows)))
     out["matmul_used"] = used
     out["matmul_of_best"] = out["matmul"][used] / max(out["matmul"].values())
     return out
 
 
 def projection_bytes(model: GpuModel) -> int:
-    return sum(m.nbytes for layer in model.layers for name, m in layer.items()
-               if isinstance(m, gpu_model.Matrix) and name.startswith(("att.", "ffn.")))
+    return sum(m.nbytes for block in model.blocks for mix in (block.time_mix, block.channel_mix)
+               for m in mix.W.values())
 
 
 def throughput(model, prompt: list[int], steps: int) -> dict:

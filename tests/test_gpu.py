@@ -152,6 +152,7 @@ def test_load_model_picks_the_device(tmp_path):
     from ai00_like.rwkv import load_model
     from ai00_like.rwkv.cpu.model import CpuModel
     from ai00_like.rwkv.gpu.model import GpuModel
+    from ai00_like.rwkv.model import Model
 
     path = tmp_path / "tiny.st"
     save_file(make_checkpoint("7", seed=5, **SHAPE), path)
@@ -161,6 +162,7 @@ def test_load_model_picks_the_device(tmp_path):
     assert isinstance(load_model(path, device=str(ADAPTER.index)), GpuModel)
     auto = load_model(path, device="auto", precision="fp32")  # a software adapter is never picked by "auto"
     assert isinstance(auto, CpuModel if best_adapter(allow_software=False) is None else GpuModel)
+    assert isinstance(on_gpu, Model) and isinstance(auto, Model)  # the seam the engine uses
     assert rel_err(on_gpu.forward([1, 2, 3])[0], auto.forward([1, 2, 3])[0]) < TOLERANCE
     with pytest.raises(ValueError, match="no GPU adapter 99"):
         load_model(path, device=99)
@@ -344,23 +346,20 @@ def test_heads_wider_than_the_kernels_are_refused(tmp_path):
 @pytest.mark.parametrize("entry", ["matvec8", "matvec", "matvec8_rows", "matmul_tiled"])
 def test_fp16_weights_widen_exactly(models, entry):
     """Every kind of f16 (zeros, subnormals, the largest, negatives) comes out as numpy widens it."""
-    from ai00_like.rwkv.gpu import model as gpu_model
+    from ai00_like.rwkv.gpu.buffers import STORAGE, Uploader
+    from ai00_like.rwkv.gpu.recorder import matmul_tile
 
     _, gpu = models
     halves = np.array([0.0, -0.0, 6e-8, -3e-6, 6.1e-5, 65504.0, -2.5, 1 / 3], dtype=np.float16)
     weights = np.resize(halves, (16, 8)).astype(np.float32)
     weights[8:] *= -1
     device = gpu.gpu.device
-    gpu.precision = "fp16"  # the model is fp32: store this matrix as fp16
-    try:
-        stored = gpu._matrix(weights)
-    finally:
-        gpu.precision = "fp32"
+    stored = Uploader(gpu.gpu, "fp16").matrix(weights)  # the model is fp32: store this matrix as fp16
     assert stored.format == "fp16"
     rows = 8
-    x = device.create_buffer_with_data(data=np.eye(rows, 8, dtype=np.float32), usage=gpu_model.STORAGE)
-    y = device.create_buffer(size=4 * rows * 16, usage=gpu_model.STORAGE)
-    tile = gpu_model.matmul_tile(rows)
+    x = device.create_buffer_with_data(data=np.eye(rows, 8, dtype=np.float32), usage=STORAGE)
+    y = device.create_buffer(size=4 * rows * 16, usage=STORAGE)
+    tile = matmul_tile(rows)
     groups = {"matmul_tiled": (1, 1), "matvec8_rows": (4, 1)}.get(entry, (4, rows))
     dispatch = gpu.kernels.dispatch("matmul.wgsl", entry, (rows, 16, 8, 0, 8, 0, 0, 16, 0, 0),
                                     [x, stored.parts[0].buffer, y], groups, prelude="weights_f16.wgsl", constants=tile)
@@ -375,7 +374,8 @@ def test_fp16_weights_widen_exactly(models, entry):
 def test_subgroup_matrix_vector_kernels(models, entry, x_off):
     """Rows past the last workgroup's share, K with a partial last stride of lanes, x at an
     offset and a stride other than K: every output as numpy computes it."""
-    from ai00_like.rwkv.gpu import model as gpu_model
+    from ai00_like.rwkv.gpu.buffers import STORAGE, Uploader
+    from ai00_like.rwkv.gpu.recorder import matmul_tile, matvec_group_rows
 
     _, gpu = models
     rng = np.random.default_rng(5)
@@ -383,11 +383,11 @@ def test_subgroup_matrix_vector_kernels(models, entry, x_off):
     weights = rng.standard_normal((M, K)).astype(np.float32)
     xs = rng.standard_normal(x_off + rows * stride).astype(np.float32)
     device = gpu.gpu.device
-    stored = gpu._matrix(weights)
-    x = device.create_buffer_with_data(data=xs, usage=gpu_model.STORAGE)
-    y = device.create_buffer(size=4 * rows * M, usage=gpu_model.STORAGE)
-    group_rows = gpu_model.matvec_group_rows(entry, gpu.gpu.subgroup_width)
-    constants = (*gpu_model.matmul_tile(rows), ("GROUP_ROWS", group_rows), ("X4", int(x_off % 4 == 0)))
+    stored = Uploader(gpu.gpu).matrix(weights)
+    x = device.create_buffer_with_data(data=xs, usage=STORAGE)
+    y = device.create_buffer(size=4 * rows * M, usage=STORAGE)
+    group_rows = matvec_group_rows(entry, gpu.gpu.subgroup_width)
+    constants = (*matmul_tile(rows), ("GROUP_ROWS", group_rows), ("X4", int(x_off % 4 == 0)))
     groups = (-(-M // group_rows), 1)
     dispatch = gpu.kernels.dispatch(("matmul.wgsl", "matvec_subgroup.wgsl"), entry,
                                     (rows, M, K, x_off, stride, 0, 0, M, 0, 0),

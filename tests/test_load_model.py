@@ -10,6 +10,7 @@ from ai00_like.rwkv.cpu.model import CpuModel
 from ai00_like.rwkv.formats.pth import write_pth
 from ai00_like.rwkv.formats.safetensors import write_safetensors
 from ai00_like.rwkv.loader import read_checkpoint
+from ai00_like.rwkv.model import Model
 from ai00_like.rwkv.synthetic import make_checkpoint
 
 
@@ -20,6 +21,7 @@ def test_any_storage_gives_the_model_of_its_widened_weights(tmp_path, fmt, dtype
     (write_pth(tensors, path, dtype=dtype) if fmt == "pth" else write_safetensors(tensors, path, dtype=dtype))
     calls = []
     model = load_model(path, progress=lambda done, total: calls.append((done, total)))
+    assert isinstance(model, Model)
     eager = read_checkpoint(path)  # every tensor widened to float32 up front
     reference = CpuModel({k: np.array(v, dtype=np.float32) for k, v in eager.tensors.items()}, eager.info)
     tokens = [5, 17, 250, 3, 99]

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import ModelFileError
 from .info import ModelInfo
+
+if TYPE_CHECKING:  # numpy stays unimported until a model is loaded
+    from .model import Model
 
 __all__ = ["ModelFileError", "ModelInfo", "check_device", "load_model", "load_state"]
 
@@ -30,7 +34,7 @@ def load_model(
     precision: str = "fp16",
     quant: int = 0,
     quant_type: str = "int8",
-):
+) -> Model:
     """Load a checkpoint (format and version detected from the file) onto a backend.
 
     `loras` are (file, alpha) pairs merged into the weights at load; `state` is a

@@ -45,3 +45,46 @@ class BatchPlan:
         self.long_segments = [
             (int(s), int(a), int(b)) for s, a, b, one in zip(slots, starts, stops, single) if not one
         ]
+
+
+class StepLayout:
+    """How a batch step is planned, the same on both backends: the inputs with tokens stacked
+    as rows (`ids`, `plan`), and which rows' logits are wanted, in the order they are given
+    back (`wanted`: ln_out and the head run on those rows only)."""
+
+    def __init__(self, inputs: Sequence[StepInput], vocab: int, slots: int, pool: int):
+        """`slots`: the slots a step may use; `pool`: the pool's size, for the message (the GPU
+        backend's `forward` steps a scratch slot past the pool)."""
+        self.inputs = [StepInput(*i) for i in inputs]
+        self.active = [i for i in self.inputs if len(i.tokens)]
+        for i in self.active:
+            if not 0 <= i.slot < slots:
+                raise ValueError(f"slot {i.slot} is outside the pool of {pool}")
+        self.wanted: list[int] = []
+        self._where: list[tuple[int, int]] = []  # per active input: (its first row in `wanted`, how many)
+        if not self.active:
+            self.ids, self.plan = np.zeros(0, np.intp), BatchPlan([])
+            return
+        self.ids = np.concatenate([np.asarray(i.tokens, dtype=np.intp) for i in self.active])
+        if self.ids.min() < 0 or self.ids.max() >= vocab:
+            raise ValueError(f"token ids must be in [0, {vocab})")
+        self.plan = BatchPlan([(i.slot, len(i.tokens)) for i in self.active])
+        for i, start, stop in zip(self.active, self.plan.starts, self.plan.stops):
+            rows = range(start, stop) if i.want == "all" else [stop - 1] if i.want == "last" else []
+            self._where.append((len(self.wanted), len(rows)))
+            self.wanted.extend(rows)
+
+    def results(self, logits: np.ndarray | None) -> list[np.ndarray | None]:
+        """Per input its logits (`logits`: the wanted rows'): one row for "last", all its rows
+        for "all", None for "none" and for an input without tokens."""
+        results: list[np.ndarray | None] = [None] * len(self.inputs)
+        where = iter(self._where)
+        for n, i in enumerate(self.inputs):
+            if not len(i.tokens):
+                continue
+            offset, count = next(where)
+            if i.want == "last":
+                results[n] = logits[offset]
+            elif i.want == "all":
+                results[n] = logits[offset : offset + count]
+        return results

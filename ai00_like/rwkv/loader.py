@@ -26,15 +26,12 @@ from .formats.safetensors import (
     to_official,
 )
 from .info import ModelInfo, detect
+from .weights import PROJECTION
 
 _ZIP_MAGIC = b"PK\x03\x04"
 _EMPTY_ZIP_MAGIC = b"PK\x05\x06"
 _LEGACY_TORCH_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8"  # pickled torch magic number
 _BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)$")
-
-# Matrices LoRA pairs blend into with the user's alpha (Ai00's LoraBlend::full); any other
-# matrix a pair targets gets the nominal factor 1.
-_LINEAR_WEIGHT = re.compile(r"blocks\.[0-9]+\.(att|ffn)\.(key|value|receptance|gate|output)\.weight")
 
 
 class Checkpoint(msgspec.Struct):
@@ -140,7 +137,8 @@ def apply_lora(tensors: Mapping[str, np.ndarray], lora_path: str | Path, alpha: 
     for target, (a, b) in pairs.items():
         if target not in merged:
             continue
-        factor = alpha if _LINEAR_WEIGHT.fullmatch(target) else 1.0
+        # the projections blend with the user's alpha (Ai00's LoraBlend::full), any other matrix with 1
+        factor = alpha if PROJECTION.match(target) else 1.0
         merged[target] = _add_low_rank(merged[target], a, b, factor, target, lora_path)
         used += 1
     if not used:

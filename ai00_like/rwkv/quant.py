@@ -15,10 +15,11 @@ back without quantising again.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 import numpy as np
+
+from .weights import PROJECTION
 
 QUANT_TYPES = ("int8", "nf4")
 BLOCK = {"int8": 128, "nf4": 64}
@@ -29,8 +30,6 @@ NF4_LEVELS = np.array([
     0.0795803, 0.1609302, 0.2461123, 0.3379152, 0.4407098, 0.5626170, 0.7229568, 1.0,
 ], dtype=np.float32)
 _NF4_MIDPOINTS = (NF4_LEVELS[1:] + NF4_LEVELS[:-1]) / 2
-# The matrices quantisation applies to (Ai00 quantises the same ones; not the LoRAs, not the head).
-PROJECTION = re.compile(r"^blocks\.([0-9]+)\.(att|ffn)\.(key|value|receptance|gate|output)\.weight$")
 
 
 def quant_options(precision: str, quant: int, quant_type: str) -> tuple[str, int, str]:

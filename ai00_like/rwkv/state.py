@@ -9,6 +9,7 @@ v7 `[H, N(value), N(key)]`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -21,6 +22,22 @@ def wkv_shape(info) -> tuple[int, ...]:
     return (info.n_head, info.head_size, info.head_size)
 
 
+class LayerSlots(NamedTuple):
+    """What one layer keeps for a sequence, in the order of its blocks: the time mix's shift
+    row, the WKV state, the channel mix's shift row. As shapes (`slot_shapes`), as one
+    sequence's arrays, or as every slot's ([B, ...], `StatePool.layers`); the GPU backend
+    lays its buffers out by the same description (gpu/states.py)."""
+
+    att_shift: object
+    wkv: object
+    ffn_shift: object
+
+
+def slot_shapes(info) -> LayerSlots:
+    """The shape of each part of one layer's state of one sequence."""
+    return LayerSlots((info.n_embd,), wkv_shape(info), (info.n_embd,))
+
+
 @dataclass
 class State:
     """The recurrent state of one sequence after some tokens (arrays lead with the layer)."""
@@ -30,24 +47,26 @@ class State:
     ffn_shift: np.ndarray  # [L, C]
 
     @classmethod
-    def zeros(cls, info) -> "State":
-        L, C = info.n_layer, info.n_embd
-        wkv = np.zeros((L, *wkv_shape(info)), dtype=np.float32)
+    def zeros(cls, info) -> State:
+        L = info.n_layer
+        state = cls(*(np.zeros((L, *shape), np.float32) for shape in slot_shapes(info)))
         if info.version == "4":
-            wkv[:, 2, :] = V4_EMPTY_EXPONENT
-        return cls(np.zeros((L, C), np.float32), wkv, np.zeros((L, C), np.float32))
+            state.wkv[:, 2, :] = V4_EMPTY_EXPONENT
+        return state
 
-    def copy(self) -> "State":
-        return State(self.att_shift.copy(), self.wkv.copy(), self.ffn_shift.copy())
+    def parts(self) -> LayerSlots:
+        return LayerSlots(self.att_shift, self.wkv, self.ffn_shift)
+
+    def copy(self) -> State:
+        return State(*(part.copy() for part in self.parts()))
 
     @property
     def nbytes(self) -> int:
-        return self.att_shift.nbytes + self.wkv.nbytes + self.ffn_shift.nbytes
+        return sum(part.nbytes for part in self.parts())
 
     def check(self, info) -> None:
-        L, C = info.n_layer, info.n_embd
-        want = ((L, C), (L, *wkv_shape(info)), (L, C))
-        got = (self.att_shift.shape, self.wkv.shape, self.ffn_shift.shape)
+        want = tuple((info.n_layer, *shape) for shape in slot_shapes(info))
+        got = tuple(part.shape for part in self.parts())
         if want != got:
             raise ValueError(f"state shapes {got} do not fit this model (expected {want})")
 
@@ -59,18 +78,23 @@ class StatePool:
         self.info, self.size = info, size
         self.initial = initial if initial is not None else State.zeros(info)
         self.initial.check(info)
-        self.att_shift = np.repeat(self.initial.att_shift[:, None], size, axis=1)
-        self.wkv = np.repeat(self.initial.wkv[:, None], size, axis=1)
-        self.ffn_shift = np.repeat(self.initial.ffn_shift[:, None], size, axis=1)
+        self.att_shift, self.wkv, self.ffn_shift = (np.repeat(part[:, None], size, axis=1)
+                                                    for part in self.initial.parts())
+
+    def parts(self) -> LayerSlots:
+        return LayerSlots(self.att_shift, self.wkv, self.ffn_shift)
+
+    def layers(self) -> list[LayerSlots]:
+        """Per layer, every slot's state of it: [B, C], [B, *wkv_shape], [B, C] views."""
+        return [LayerSlots(*parts) for parts in zip(*self.parts())]
 
     def read(self, slot: int) -> State:
-        return State(self.att_shift[:, slot].copy(), self.wkv[:, slot].copy(), self.ffn_shift[:, slot].copy())
+        return State(*(part[:, slot].copy() for part in self.parts()))
 
     def write(self, slot: int, state: State) -> None:
         state.check(self.info)
-        self.att_shift[:, slot] = state.att_shift
-        self.wkv[:, slot] = state.wkv
-        self.ffn_shift[:, slot] = state.ffn_shift
+        for part, value in zip(self.parts(), state.parts()):
+            part[:, slot] = value
 
     def reset(self, slot: int) -> None:
         self.write(slot, self.initial)

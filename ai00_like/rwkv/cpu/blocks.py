@@ -1,15 +1,18 @@
-"""The time-mix and channel-mix blocks of RWKV v4, v5, v6 and v7 in numpy (rwkv-spec §2).
+"""The layers of RWKV v4, v5, v6 and v7 in numpy (rwkv-spec §2): a `Block` per layer, its
+time mix and channel mix per version.
 
 Every block works on the stacked rows of a batch step ([A, C]: the tokens of all slots
 one after the other) and on this layer's slice of the state pool; only the WKV
-recurrence and the token shift care which slot a row belongs to.
+recurrence and the token shift care which slot a row belongs to. gpu/blocks.py records
+the same blocks as GPU dispatches.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .ops import as_float32, group_norm, linear, sigmoid, silu
+from ..weights import LayerWeights, att_projections, ffn_projections, v7_loras
+from .ops import group_norm, layer_norm, linear, sigmoid, silu, token_shift
 from .wkv import (
     run_segments,
     wkv4_sequence,
@@ -22,22 +25,6 @@ from .wkv import (
 from .wkv_numba import wkv5_segments, wkv7_segments
 
 V7_DECAY_SCALE = 0.606531  # e^-1/2, as the reference writes it
-
-
-class LayerWeights:
-    """Fetches one layer's tensors as float32 (a memory-mapped fp32 file is used in place)."""
-
-    def __init__(self, tensors, layer: int):
-        self.tensors, self.prefix = tensors, f"blocks.{layer}."
-
-    def matrix(self, name: str) -> np.ndarray:
-        return as_float32(self.tensors[self.prefix + name])
-
-    def vector(self, name: str) -> np.ndarray:
-        return self.matrix(name).reshape(-1)
-
-    def has(self, name: str) -> bool:
-        return self.prefix + name in self.tensors
 
 
 class Context:
@@ -54,17 +41,17 @@ class TimeMix4:
         self.mix = np.stack([w.vector(f"att.time_mix_{q}") for q in "kvr"])[:, None, :]
         self.log_decay = -np.exp(w.vector("att.time_decay"))  # per step, < 0
         self.bonus = w.vector("att.time_first")
-        self.W_k, self.W_v, self.W_r, self.W_o = (w.matrix(f"att.{n}.weight") for n in ("key", "value", "receptance", "output"))
+        self.W = {n: w.matrix(f"att.{n}.weight") for n in att_projections(info.version)}
 
     def __call__(self, z, prev, plan, states, ctx):
         xk, xv, xr = z * self.mix + prev * (1.0 - self.mix)
-        r = sigmoid(linear(xr, self.W_r))
-        k, v = linear(xk, self.W_k), linear(xv, self.W_v)
+        r = sigmoid(linear(xr, self.W["receptance"]))
+        k, v = linear(xk, self.W["key"]), linear(xv, self.W["value"])
         wkv = run_segments(
             plan, states, lambda s, k, v: wkv4_step(s, k, v, self.log_decay, self.bonus),
             lambda s, k, v: wkv4_sequence(s, k, v, self.log_decay, self.bonus), k, v,
         )
-        return linear(r * wkv, self.W_o)
+        return linear(r * wkv, self.W["output"])
 
 
 class ChannelMix4:
@@ -72,11 +59,11 @@ class ChannelMix4:
 
     def __init__(self, w: LayerWeights, info):
         self.mix = np.stack([w.vector("ffn.time_mix_k"), w.vector("ffn.time_mix_r")])[:, None, :]
-        self.W_k, self.W_v, self.W_r = (w.matrix(f"ffn.{n}.weight") for n in ("key", "value", "receptance"))
+        self.W = {n: w.matrix(f"ffn.{n}.weight") for n in ffn_projections(info.version)}
 
     def __call__(self, z, prev):
         xk, xr = z * self.mix + prev * (1.0 - self.mix)
-        return sigmoid(linear(xr, self.W_r)) * linear(np.square(np.maximum(linear(xk, self.W_k), 0.0)), self.W_v)
+        return feed_forward(self.W, xk, xr)
 
 
 # ------------------------------------------------------------------------------ v5
@@ -94,8 +81,7 @@ class TimeMix5:
             self.bonus = w.matrix("att.time_faaaa").reshape(per_head)
         else:  # the legacy name holds log u
             self.bonus = np.exp(w.matrix("att.time_first")).reshape(per_head)
-        names = ("key", "receptance", "value", "output") + (("gate",) if self.gated else ())
-        self.W = {n: w.matrix(f"att.{n}.weight") for n in names}
+        self.W = {n: w.matrix(f"att.{n}.weight") for n in att_projections(info.version)}
         self.ln_x = (w.vector("att.ln_x.weight"), w.vector("att.ln_x.bias"))
 
     def __call__(self, z, prev, plan, states, ctx):
@@ -124,7 +110,7 @@ class TimeMix6:
         self.decay = w.vector("att.time_decay")
         self.decay_w1, self.decay_w2 = w.matrix("att.time_decay_w1"), w.matrix("att.time_decay_w2")
         self.bonus = w.matrix("att.time_faaaa").reshape(self.H, self.N)
-        self.W = {n: w.matrix(f"att.{n}.weight") for n in ("key", "value", "receptance", "gate", "output")}
+        self.W = {n: w.matrix(f"att.{n}.weight") for n in att_projections(info.version)}
         self.ln_x = (w.vector("att.ln_x.weight"), w.vector("att.ln_x.bias"))
 
     def __call__(self, z, prev, plan, states, ctx):
@@ -147,28 +133,26 @@ class ChannelMix6:
 
     def __init__(self, w: LayerWeights, info):
         self.maa = np.stack([w.vector("ffn.time_maa_k"), w.vector("ffn.time_maa_r")])[:, None, :]
-        self.W_k, self.W_v, self.W_r = (w.matrix(f"ffn.{n}.weight") for n in ("key", "value", "receptance"))
+        self.W = {n: w.matrix(f"ffn.{n}.weight") for n in ffn_projections(info.version)}
 
     def __call__(self, z, prev):
         xk, xr = z + (prev - z) * self.maa
-        return sigmoid(linear(xr, self.W_r)) * linear(np.square(np.maximum(linear(xk, self.W_k), 0.0)), self.W_v)
+        return feed_forward(self.W, xk, xr)
 
 
 # ------------------------------------------------------------------------------ v7
 
 
 class TimeMix7:
-    def __init__(self, w: LayerWeights, info, layer: int):
-        self.H, self.N, self.first = info.n_head, info.head_size, layer == 0
+    def __init__(self, w: LayerWeights, info):
+        self.H, self.N, self.first = info.n_head, info.head_size, w.layer == 0
         self.mix = np.stack([w.vector(f"att.x_{q}") for q in "rwkvag"])[:, None, :]
-        self.w0, self.w1, self.w2 = w.vector("att.w0"), w.matrix("att.w1"), w.matrix("att.w2")
-        self.a0, self.a1, self.a2 = w.vector("att.a0"), w.matrix("att.a1"), w.matrix("att.a2")
-        if not self.first:  # block 0's value-residual LoRA exists in files but is unused
-            self.v0, self.v1, self.v2 = w.vector("att.v0"), w.matrix("att.v1"), w.matrix("att.v2")
-        self.g1, self.g2 = w.matrix("att.g1"), w.matrix("att.g2")
+        self.lora = {n: w.matrix(f"att.{n}") for n in v7_loras(w.layer)}  # [in, out]
+        self.w0, self.a0 = w.vector("att.w0"), w.vector("att.a0")
+        self.v0 = None if self.first else w.vector("att.v0")
         self.k_k, self.k_a = w.vector("att.k_k"), w.vector("att.k_a")
         self.r_k = w.matrix("att.r_k").reshape(self.H, self.N)
-        self.W = {n: w.matrix(f"att.{n}.weight") for n in ("receptance", "key", "value", "output")}
+        self.W = {n: w.matrix(f"att.{n}.weight") for n in att_projections(info.version)}
         self.ln_x = (w.vector("att.ln_x.weight"), w.vector("att.ln_x.bias"))
 
     def __call__(self, z, prev, plan, states, ctx):
@@ -177,16 +161,17 @@ class TimeMix7:
         r = linear(xr, self.W["receptance"])
         k = linear(xk, self.W["key"])
         v = linear(xv, self.W["value"])
-        log_decay = -V7_DECAY_SCALE * sigmoid(self.w0 + np.tanh(xw @ self.w1) @ self.w2)
-        alpha = sigmoid(self.a0 + (xa @ self.a1) @ self.a2)  # in-context learning rate
-        g = sigmoid(xg @ self.g1) @ self.g2
+        lora = self.lora
+        log_decay = -V7_DECAY_SCALE * sigmoid(self.w0 + np.tanh(xw @ lora["w1"]) @ lora["w2"])
+        alpha = sigmoid(self.a0 + (xa @ lora["a1"]) @ lora["a2"])  # in-context learning rate
+        g = sigmoid(xg @ lora["g1"]) @ lora["g2"]
         kappa = (k * self.k_k).reshape(A, H, N)
         kappa = kappa / np.maximum(np.linalg.norm(kappa, axis=-1, keepdims=True), 1e-12)
         k = k * (1.0 + (alpha - 1.0) * self.k_a)  # κ̂ above uses the unmodified k
         if self.first:
             ctx.v_first = v
         else:
-            v = v + (ctx.v_first - v) * sigmoid(self.v0 + (xv @ self.v1) @ self.v2)
+            v = v + (ctx.v_first - v) * sigmoid(self.v0 + (xv @ lora["v1"]) @ lora["v2"])
         r3, k3, v3 = r.reshape(A, H, N), k.reshape(A, H, N), v.reshape(A, H, N)
         per_token = (r3, log_decay.reshape(A, H, N), k3, v3, -kappa, kappa * alpha.reshape(A, H, N))
         if wkv7_segments is not None:
@@ -203,10 +188,10 @@ class ChannelMix7:
 
     def __init__(self, w: LayerWeights, info):
         self.mix = w.vector("ffn.x_k")
-        self.W_k, self.W_v = w.matrix("ffn.key.weight"), w.matrix("ffn.value.weight")
+        self.W = {n: w.matrix(f"ffn.{n}.weight") for n in ffn_projections(info.version)}
 
     def __call__(self, z, prev):
-        return linear(np.square(np.maximum(linear(z + (prev - z) * self.mix, self.W_k), 0.0)), self.W_v)
+        return feed_forward(self.W, z + (prev - z) * self.mix)
 
 
 def wkv5(plan, states, r, k, v, log_decay, bonus):
@@ -217,14 +202,30 @@ def wkv5(plan, states, r, k, v, log_decay, bonus):
                         r, k, v, log_decay)
 
 
-def make_blocks(tensors, info, layer: int):
-    """The (time mix, channel mix) pair of one layer of this model's version."""
-    w = LayerWeights(tensors, layer)
-    v = info.version
-    if v == "4":
-        return TimeMix4(w, info), ChannelMix4(w, info)
-    if v.startswith("5"):
-        return TimeMix5(w, info), ChannelMix4(w, info)
-    if v == "6":
-        return TimeMix6(w, info), ChannelMix6(w, info)
-    return TimeMix7(w, info, layer), ChannelMix7(w, info)
+def feed_forward(W, xk, xr=None):
+    """The channel mix after its token mix: W_v relu(W_k x_k)², gated by σ(W_r x_r) before v7."""
+    out = linear(np.square(np.maximum(linear(xk, W["key"]), 0.0)), W["value"])
+    return out if xr is None else sigmoid(linear(xr, W["receptance"])) * out
+
+
+MIXES = {"4": (TimeMix4, ChannelMix4), "5": (TimeMix5, ChannelMix4), "6": (TimeMix6, ChannelMix6),
+         "7": (TimeMix7, ChannelMix7)}
+
+
+class Block:
+    """One layer: x += time_mix(ln1(x)); x += channel_mix(ln2(x)), each mix fed the previous
+    token's normalised row too (the token shift)."""
+
+    def __init__(self, tensors, info, layer: int):
+        w = LayerWeights(tensors, layer)
+        self.ln1 = (w.vector("ln1.weight"), w.vector("ln1.bias"))
+        self.ln2 = (w.vector("ln2.weight"), w.vector("ln2.bias"))
+        time_mix, channel_mix = MIXES[info.version[0]]
+        self.time_mix, self.channel_mix = time_mix(w, info), channel_mix(w, info)
+
+    def __call__(self, x, slots, plan, ctx):
+        """x: (A, C), the step's rows; slots: this layer's `LayerSlots` of every slot."""
+        z = layer_norm(x, *self.ln1)
+        x = x + self.time_mix(z, token_shift(z, slots.att_shift, plan), plan, slots.wkv, ctx)
+        z = layer_norm(x, *self.ln2)
+        return x + self.channel_mix(z, token_shift(z, slots.ffn_shift, plan))

@@ -12,20 +12,13 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..batch import BatchPlan, StepInput
+from ..batch import BatchPlan, StepInput, StepLayout
 from ..formats import as_float, gather_rows
 from ..info import ModelInfo
 from ..state import State, StatePool
-from .blocks import Context, make_blocks
-from .ops import (
-    SKINNY_ROWS,
-    as_float32,
-    layer_norm,
-    linear,
-    pinned_blas_note,
-    threads_for,
-    token_shift,
-)
+from ..weights import as_float32
+from .blocks import Block, Context
+from .ops import SKINNY_ROWS, layer_norm, linear, pinned_blas_note, threads_for
 from .skinny import skinny_matmul
 
 HEAD_BLOCK = 2048  # rows of the head per product when decoding a batch
@@ -46,14 +39,9 @@ class CpuModel:
         # the embedding: the (possibly memory-mapped) embedding is never duplicated.
         self.emb = tensors["emb.weight"]
         self.ln0 = (vec("blocks.0.ln0.weight"), vec("blocks.0.ln0.bias"))
-        self.norms = [
-            (vec(f"blocks.{i}.ln1.weight"), vec(f"blocks.{i}.ln1.bias"),
-             vec(f"blocks.{i}.ln2.weight"), vec(f"blocks.{i}.ln2.bias"))
-            for i in range(info.n_layer)
-        ]
         self.blocks = []
         for i in range(info.n_layer):
-            self.blocks.append(make_blocks(tensors, info, i))
+            self.blocks.append(Block(tensors, info, i))
             if progress:
                 progress(i + 1, info.n_layer + 1)
         self.ln_out = (vec("ln_out.weight"), vec("ln_out.bias"))
@@ -114,50 +102,22 @@ class CpuModel:
         return self._step(self.pool, inputs)
 
     def _step(self, pool: StatePool, inputs: Sequence[StepInput]) -> list[np.ndarray | None]:
-        inputs = [StepInput(*i) for i in inputs]
-        active = [i for i in inputs if len(i.tokens)]
-        results: list[np.ndarray | None] = [None] * len(inputs)
-        if not active:
-            return results
-        for i in active:
-            if not 0 <= i.slot < pool.size:
-                raise ValueError(f"slot {i.slot} is outside the pool of {pool.size}")
-        ids = np.concatenate([np.asarray(i.tokens, dtype=np.intp) for i in active])
-        if ids.min() < 0 or ids.max() >= self.info.vocab:
-            raise ValueError(f"token ids must be in [0, {self.info.vocab})")
-        plan = BatchPlan([(i.slot, len(i.tokens)) for i in active])
-        with threads_for(len(ids)):
-            x = self._layers(ids, plan, pool)
-
+        layout = StepLayout(inputs, self.info.vocab, pool.size, pool.size)
+        if not layout.active:
+            return layout.results(None)
+        with threads_for(len(layout.ids)):
+            x = self._layers(layout.ids, layout.plan, pool)  # x: (A, C)
         # ln_out and the head (the largest matrix) only on the rows whose logits are wanted.
-        wanted, where = [], []
-        for i, start, stop in zip(active, plan.starts, plan.stops):
-            rows = range(start, stop) if i.want == "all" else [stop - 1] if i.want == "last" else []
-            where.append((len(wanted), len(rows)))
-            wanted.extend(rows)
-        with threads_for(len(wanted)):
-            logits = self._head(x[wanted]) if wanted else None
-        k = 0
-        for n, i in enumerate(inputs):
-            if not len(i.tokens):
-                continue
-            offset, count = where[k]
-            k += 1
-            if i.want == "last":
-                results[n] = logits[offset]
-            elif i.want == "all":
-                results[n] = logits[offset : offset + count]
-        return results
+        with threads_for(len(layout.wanted)):
+            logits = self._head(x[layout.wanted]) if layout.wanted else None  # (wanted, V)
+        return layout.results(logits)
 
     def _layers(self, ids: np.ndarray, plan: BatchPlan, pool: StatePool) -> np.ndarray:
+        """The last layer's output of the step's rows: (A, C) for A = len(ids)."""
         x = layer_norm(np.asarray(as_float(gather_rows(self.emb, ids)), dtype=np.float32), *self.ln0)
         ctx = Context()
-        for i, (time_mix, channel_mix) in enumerate(self.blocks):
-            ln1_w, ln1_b, ln2_w, ln2_b = self.norms[i]
-            z = layer_norm(x, ln1_w, ln1_b)
-            x = x + time_mix(z, token_shift(z, pool.att_shift[i], plan), plan, pool.wkv[i], ctx)
-            z = layer_norm(x, ln2_w, ln2_b)
-            x = x + channel_mix(z, token_shift(z, pool.ffn_shift[i], plan))
+        for block, slots in zip(self.blocks, pool.layers()):
+            x = block(x, slots, plan, ctx)
         return x
 
     def _head(self, x: np.ndarray) -> np.ndarray:

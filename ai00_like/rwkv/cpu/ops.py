@@ -8,21 +8,10 @@ import os
 
 import numpy as np
 
-from ..formats import as_float, release_pages
 from .skinny import skinny_matmul
 
 LN_EPS = 1e-5
 GN_EPS = 64e-5  # GroupNorm(x/8, 1e-5) as trained == GroupNorm(x, 64e-5)
-
-
-def as_float32(weights: np.ndarray) -> np.ndarray:
-    """Weights as C-contiguous float32: an fp32 file is used in place, fp16 and bf16 ones are
-    converted once (numpy converts fp16 far slower than it reads fp32) and their mapped
-    pages dropped, tensor by tensor, so a load never holds two copies of the model."""
-    converted = np.ascontiguousarray(as_float(weights), dtype=np.float32)
-    if converted is not weights and converted.base is not weights:
-        release_pages(weights)
-    return converted
 
 
 def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float = LN_EPS) -> np.ndarray:
