@@ -7,15 +7,15 @@ import { renderLoaded } from "./loaded-model.js";
 // The last reply's rate as this page saw it (the server's own rates are in the status).
 // Each streamed piece counts as one token (the server sends one token per event).
 const rate = { last: null };
+// The stream's latest status, kept to draw again when a reply's rate changes and for the chart.
+let lastStatus = null;
+
 export function countTokens(n, started) {
   if (n) rate.last = { tokens: n, seconds: (performance.now() - started) / 1000 };
   if (lastStatus) renderStatus(lastStatus);
 }
 
-let statusStarted = false;
 async function followStatus() {
-  if (statusStarted) return;
-  statusStarted = true;
   for (;;) {
     try {
       const r = await api("/api/models/state");
@@ -29,7 +29,6 @@ async function followStatus() {
   }
 }
 
-let lastStatus = null;
 const fixed1 = (x) => (x || 0).toFixed(1);
 const count = (n) => (n || 0).toLocaleString("en");
 
