@@ -200,6 +200,31 @@ def test_web_page_is_served_from_a_folder_or_zip(tmp_path):
         assert server.get("/js/app.js").body == b"let a = 1;"
 
 
+def test_the_pages_modules_are_all_served_as_javascript(tmp_path):
+    """Browsers run a `<script type="module">` only when it comes with a JavaScript type. From
+    the page's entry module, every module it imports (by "./name.js") is there and served so,
+    and none of assets/www's modules is left out."""
+    write_model(tmp_path / "tiny.st")
+    www = ROOT / "assets" / "www"
+    with ServerThread(config_for(tmp_path, f'[web]\npath = "{www}"\n')) as server:
+        index = server.get("/").body.decode()
+        assert server.get("/").headers["content-type"].startswith("text/html")
+        todo = re.findall(r'<script type="module" src="([\w.-]+\.js)"', index)
+        assert todo, "index.html loads no module"
+        served = set()
+        while todo:
+            name = todo.pop()
+            if name in served:
+                continue
+            r = server.get("/" + name)
+            assert r.status == 200, name
+            assert r.headers["content-type"].split(";")[0] == "text/javascript", (name, r.headers["content-type"])
+            served.add(name)
+            todo += re.findall(r'from\s+"\./([\w.-]+\.js)"', r.body.decode())
+        assert served == {p.name for p in www.glob("*.js")}
+        assert server.get("/app.css").headers["content-type"].startswith("text/css")
+
+
 # ------------------------------------------------------------------------------ the command
 
 

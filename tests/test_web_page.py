@@ -245,7 +245,9 @@ def test_load_a_model_from_the_models_page(page, server):
 
 
 def test_markdown_is_rendered_and_html_is_escaped(page):
-    html = page.evaluate("""renderMarkdown('**bold** and `code` <img src=x onerror="window.pwned=1">\\n\\n'
+    # The page's modules keep their functions to themselves: import the one under test.
+    html = page.evaluate("""async () => (await import('/markdown.js')).renderMarkdown(
+        '**bold** and `code` <img src=x onerror="window.pwned=1">\\n\\n'
         + '- one\\n- two\\n\\n```\\n<script>window.pwned=1</script>\\n```\\n[x](javascript:alert(1))')""")
     # Into the live page (replacing the page would leave its timers without their elements).
     page.evaluate("(html) => { const d = document.createElement('div'); d.id = 'out'; d.innerHTML = html; "

@@ -145,6 +145,17 @@ def _web_root(config: Config, workdir: list[Path]) -> Path | None:
     return None
 
 
+# Browsers refuse a module script (`<script type="module">`) sent with a type that is not
+# JavaScript's, and a guess from the system's tables can be wrong (Windows' registry may say
+# text/plain for .js): the page's own kinds of file are named here.
+WEB_PAGE_TYPES = {
+    ".html": "text/html",
+    ".js": "text/javascript",
+    ".mjs": "text/javascript",
+    ".css": "text/css",
+}
+
+
 def add_web_page(app: web.Application, root: Path) -> None:
     root = root.resolve()
 
@@ -156,7 +167,8 @@ def add_web_page(app: web.Application, root: Path) -> None:
             wanted = wanted / "index.html"
         if not wanted.is_file():
             raise web.HTTPNotFound()
-        return web.FileResponse(wanted)
+        kind = WEB_PAGE_TYPES.get(wanted.suffix.lower())
+        return web.FileResponse(wanted, headers={"Content-Type": kind} if kind else None)
 
     app.router.add_get("/{tail:.*}", page)
     app[auth.WEB_PAGE] = page  # open without a key
