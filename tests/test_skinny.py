@@ -40,3 +40,56 @@ def test_linear_uses_it_for_a_decoding_batch_only(monkeypatch):
     for rows in (1, 2, ops.SKINNY_ROWS, ops.SKINNY_ROWS + 1):
         ops.linear(np.ones((rows, 8), dtype=np.float32), w)
     assert calls == [2, ops.SKINNY_ROWS]
+
+
+# ------------------------------------------------------------------ 16-bit weights, widened as read
+
+
+def _bf16(w: np.ndarray) -> np.ndarray:
+    """Round-to-nearest-even bf16 of float32 `w`, as the BF16 bit patterns a .pth file holds."""
+    from ai00_like.rwkv.formats import f32_to_bf16
+
+    return f32_to_bf16(w)
+
+
+def _as_f64(w: np.ndarray) -> np.ndarray:
+    from ai00_like.rwkv.formats import as_float
+
+    return np.asarray(as_float(w), dtype=np.float64)
+
+
+@pytest.mark.parametrize("store", ["bf16", "fp16"])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 16, 64, 65, 300])
+@pytest.mark.parametrize("out_dim,in_dim", [(768, 256), (13, 70), (1, 9), (600, 40)])
+def test_linear_with_16_bit_weights_matches_their_widened_product(store, rows, out_dim, in_dim):
+    # 1..64 rows go through the decode kernel, more through tiles widened for BLAS (300 rows
+    # and 600 outputs cross a tile boundary when TILE_ROWS is small enough; see below).
+    rng = np.random.default_rng(rows * 7 + out_dim)
+    x = rng.standard_normal((rows, in_dim), dtype=np.float32)
+    w32 = rng.standard_normal((out_dim, in_dim), dtype=np.float32)
+    w = _bf16(w32) if store == "bf16" else w32.astype(np.float16)
+    got = ops.linear(x, w)
+    want = x.astype(np.float64) @ _as_f64(w).T
+    assert got.shape == (rows, out_dim) and got.dtype == np.float32
+    assert np.abs(got - want).max() <= 1e-5 * np.sqrt(in_dim) * np.abs(x).max() * np.abs(w32).max() * 4
+
+
+def test_prefill_tiles_cover_every_row(monkeypatch):
+    monkeypatch.setattr(ops, "TILE_ROWS", 7)  # 100 outputs: 14 full tiles and a last one of 2
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((80, 24), dtype=np.float32)
+    w = rng.standard_normal((100, 24), dtype=np.float32).astype(np.float16)
+    want = x.astype(np.float64) @ w.astype(np.float64).T
+    assert np.abs(ops.linear(x, w) - want).max() < 1e-4
+
+
+def test_every_16_bit_pattern_widens_exactly():
+    from ai00_like.rwkv.cpu.skinny import widen_rows
+    from ai00_like.rwkv.formats import BF16, bf16_to_f32
+
+    bits = np.arange(1 << 16, dtype=np.uint16).reshape(256, 256)
+    for as_16, exact in [(bits.view(np.float16), bits.view(np.float16).astype(np.float32)),
+                         (bits.view(BF16), bf16_to_f32(bits.view(BF16)))]:
+        got = widen_rows(as_16, np.empty((256, 256), dtype=np.float32))
+        same = (got.view(np.uint32) == exact.view(np.uint32)) | (np.isnan(got) & np.isnan(exact))
+        assert same.all(), f"{as_16.dtype}: {np.count_nonzero(~same)} patterns differ"

@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import threading
 
 import numpy as np
 
-from .skinny import skinny_matmul
+from ..formats import as_float
+from .skinny import skinny_matmul, widen_rows
 
 LN_EPS = 1e-5
 GN_EPS = 64e-5  # GroupNorm(x/8, 1e-5) as trained == GroupNorm(x, 64e-5)
@@ -47,34 +49,67 @@ SKINNY_ROWS = 64
 def linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """x · Wᵀ for W stored [out, in] as in the checkpoints (no transposed copy is made).
 
-    One row goes through a matrix–vector product, which streams W at memory speed. A few
-    rows (a decoding batch) through the unpacked kernel of skinny.py, or without numba
-    through W · xᵀ, the weights as the left operand, which OpenBLAS runs about twice as fast
-    as x · Wᵀ; a prefill chunk's many rows through x · Wᵀ, which is faster there once the
-    transposed copies are counted.
+    W is fp32, or fp16/bf16 kept at 16 bits (`keeps_16bit`). One fp32 row goes through a
+    matrix–vector product, which streams W at memory speed. A few rows (a decoding batch),
+    and one row of 16-bit W, through the unpacked kernel of skinny.py, which widens 16-bit
+    weights as it reads them; without numba through W · xᵀ, the weights as the left
+    operand, which OpenBLAS runs about twice as fast as x · Wᵀ. A prefill chunk's many rows
+    through x · Wᵀ, which is faster there once the transposed copies are counted; 16-bit W
+    is widened a tile of rows at a time into a reused buffer for it (`_tiled_linear`).
     """
     rows = x.shape[0]
+    if weight.dtype != np.float32 and not keeps_16bit():
+        weight = np.asarray(as_float(weight), dtype=np.float32)  # the model widens at load instead
+    if weight.dtype != np.float32:
+        return np.ascontiguousarray(_tiled_linear(x, weight).T) if rows > SKINNY_ROWS else skinny_matmul(x, weight)
     if rows == 1:
         return (weight @ x[0])[None, :]
     if rows <= SKINNY_ROWS:
-        if skinny_matmul is not None and weight.dtype == np.float32 and weight.flags.c_contiguous:
+        if skinny_matmul is not None and weight.flags.c_contiguous:
             return skinny_matmul(x, weight)
         return np.ascontiguousarray((weight @ x.T).T)
     return x @ weight.T
+
+
+def keeps_16bit() -> bool:
+    """Whether fp16/bf16 weights can stay 16-bit: the kernels that read them need numba."""
+    return skinny_matmul is not None
+
+
+# Rows of a 16-bit matrix widened at a time for a prefill product: a tile stays in the
+# caches between being written and being multiplied (768 inputs: 0.75 MB).
+TILE_ROWS = 256
+_tiles = threading.local()
+
+
+def _tiled_linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """W · xᵀ → [out, rows] for 16-bit W, widening TILE_ROWS rows of W at a time."""
+    n_out, n_in = weight.shape
+    buffer = getattr(_tiles, "buffer", None)
+    if buffer is None or buffer.size < TILE_ROWS * n_in:
+        buffer = _tiles.buffer = np.empty(TILE_ROWS * n_in, dtype=np.float32)
+    xt = np.ascontiguousarray(x.T, dtype=np.float32)
+    out = np.empty((n_out, x.shape[0]), dtype=np.float32)
+    for start in range(0, n_out, TILE_ROWS):
+        rows = weight[start : start + TILE_ROWS]
+        tile = widen_rows(rows, buffer[: rows.size].reshape(rows.shape))
+        np.matmul(tile, xt, out=out[start : start + len(rows)])
+    return out
 
 
 _blas = None
 
 
 @contextlib.contextmanager
-def threads_for(rows: int):
+def threads_for(rows: int, *, single_row_in_numba: bool = False):
     """Who gets the two cores during a step of `rows` stacked tokens: BLAS or numba.
 
     OpenBLAS's threads spin for a while after each call, and numba's would fight them for
     the cores (measured: a 1-row decode step 5× slower with both on two threads). A
     decoding batch (2..SKINNY_ROWS rows) does its products in numba's kernels: BLAS on one
-    thread, numba on all. A single row or a prefill chunk does them in BLAS: numba (the
-    WKV kernel) on one thread.
+    thread, numba on all; so does a single row when the weights are 16-bit
+    (`single_row_in_numba`). A single fp32 row or a prefill chunk does them in BLAS: numba
+    (the WKV kernel, the widening of 16-bit tiles) on one thread.
     """
     global _blas
     if skinny_matmul is None:
@@ -83,7 +118,7 @@ def threads_for(rows: int):
     import numba
 
     numba_threads = numba.get_num_threads()
-    if 1 < rows <= SKINNY_ROWS:
+    if 1 < rows <= SKINNY_ROWS or (rows == 1 and single_row_in_numba):
         if _blas is None:
             from threadpoolctl import ThreadpoolController
 
