@@ -14,12 +14,10 @@ import logging
 import queue
 import threading
 
-import numpy as np
-
 from .messages import BackendCounters, Failed, Finished, GenerateJob
 from .queries import Queries
 from .rwkv.batch import StepInput
-from .sampler import sample_batch
+from .sampler import sample_batch, warm_up_sampler
 from .scheduler import Scheduler
 from .sequence import Sequence
 from .state_cache import StateCache
@@ -40,6 +38,7 @@ class Backend:
         self.inbox: queue.Queue = queue.Queue()
         self.steps = self.step_rows = self.step_tokens = 0
         self.prompt_tokens = self.generated_tokens = self.finished = 0
+        warm_up_sampler()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
@@ -137,8 +136,9 @@ class Backend:
             self._sample(ready)
 
     def _sample(self, seqs: list[Sequence]) -> None:
-        result = sample_batch([s.sampler for s in seqs], np.stack([s.logits for s in seqs]))
+        result = sample_batch([s.sampler for s in seqs], [s.logits for s in seqs])
         token_bytes = self.tokenizer.token_bytes
+        ended = []
         for n, seq in enumerate(seqs):
             token = int(result.tokens[n])
             logprob = (float(result.logprobs[n]),) if seq.sampler.options.wants_logprobs else ()
@@ -146,7 +146,11 @@ class Backend:
             self.generated_tokens += 1
             reason = seq.accept(token, token_bytes(token), logprob, top)
             if reason is not None:
-                self._finish(seq, reason)
+                ended.append((seq, reason))
+        # Every token of the step goes out before the ended sequences' states are copied
+        # into the cache.
+        for seq, reason in ended:
+            self._finish(seq, reason)
 
     # ------------------------------------------------------------------ ending
 

@@ -260,6 +260,7 @@ def test_penalties_decay_then_grow_with_each_token():
     assert values[3] == pytest.approx(0.862 * 0.9) and values[5] == pytest.approx(0.68 * 0.9)
     assert values[7] == pytest.approx(0.5)
     sample_batch([sampler], logits)  # 7 again: decay, then + frequency
+    values = sampler.penalties.values
     assert values[7] == pytest.approx(0.5 * 0.9 + 0.2)
     assert values[3] == pytest.approx(0.862 * 0.81)
 

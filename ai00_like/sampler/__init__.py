@@ -15,12 +15,13 @@ Usage::
     options = options_from_openai(sampler=req.sampler, temperature=req.temperature, ...)
     sampler = RequestSampler(options, vocab_size, model_tokens)
     ...
-    step = sample_batch([s1, s2, ...], logits)   # logits: float32 [B, vocab]
+    step = sample_batch([s1, s2, ...], logits)   # logits: float32 [B, vocab], or B rows
     step.tokens, step.logprobs, step.top_logprobs
 """
 
 from .batch import BatchSample, sample_batch
 from .errors import SamplerError
+from .fused import warm_up as warm_up_sampler
 from .params import (
     Mirostat,
     Nucleus,
@@ -42,4 +43,5 @@ __all__ = [
     "Typical",
     "options_from_openai",
     "sample_batch",
+    "warm_up_sampler",
 ]

@@ -1,8 +1,10 @@
 """One sampling step for every active request of a batched forward pass.
 
-Per step: build the adjusted logits of every row (penalties, grammar mask, logit_bias),
-then hand all rows that use the same algorithm to it at once as one [rows, vocab] array,
-then record each chosen token in its request's state.
+Per step: the rows the compiled kernel takes (fused.py: greedy or Nucleus with penalties
+and nothing else) go there. For the rest: build the adjusted logits of every row
+(penalties, grammar mask, logit_bias), then hand all rows that use the same algorithm to
+it at once as one [rows, vocab] array. Then record each chosen token in its request's
+state.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import fused
 from .mirostat import sample_mirostat
 from .nucleus import sample_nucleus
+from .params import Nucleus
 from .request import RequestSampler
 from .scratch import scratch
 from .topk import padded_width, top_k_sorted
@@ -50,41 +54,69 @@ class BatchSample:
 ROW_CHUNK = 16
 
 
-def sample_batch(samplers: Sequence[RequestSampler], logits: np.ndarray) -> BatchSample:
-    """Pick the next token of every request: row i of `logits` (float32 [B, V]) belongs to
-    `samplers[i]`. Updates every sampler's state with its chosen token. `logits` is not
-    modified. Each row's result depends only on that row and its own sampler, never on the
-    rest of the batch."""
-    logits = np.asarray(logits)
-    if logits.ndim == 1:
-        logits = logits[None, :]
-    rows, vocab = logits.shape
-    if rows != len(samplers):
-        raise ValueError(f"{len(samplers)} samplers for {rows} rows of logits")
+def sample_batch(samplers: Sequence[RequestSampler], logits) -> BatchSample:
+    """Pick the next token of every request: row i of `logits` (float32 [B, V], or a
+    sequence of B rows) belongs to `samplers[i]`. Updates every sampler's state with its
+    chosen token. `logits` is not modified. Each row's result depends only on that row and
+    its own sampler, never on the rest of the batch."""
+    rows = [np.asarray(row) for row in logits] if not isinstance(logits, np.ndarray) else list(np.atleast_2d(logits))
+    if len(rows) != len(samplers):
+        raise ValueError(f"{len(samplers)} samplers for {len(rows)} rows of logits")
+    vocab = rows[0].shape[0] if rows else 0
     for sampler in samplers:
         if sampler.vocab_size != vocab:
             raise ValueError(f"a sampler built for {sampler.vocab_size} tokens got {vocab} logits")
-    if rows <= ROW_CHUNK:
-        return _sample_rows(samplers, logits)
-    parts = [
-        _sample_rows(samplers[start : start + ROW_CHUNK], logits[start : start + ROW_CHUNK])
-        for start in range(0, rows, ROW_CHUNK)
-    ]
-    return BatchSample(
-        tokens=np.concatenate([part.tokens for part in parts]),
-        logprobs=np.concatenate([part.logprobs for part in parts]),
-        top_logprobs=[pairs for part in parts for pairs in part.top_logprobs],
-    )
+    # Each row consumes one uniform draw, whichever path samples it.
+    uniform = np.array([sampler.next_uniform() for sampler in samplers])
+    tokens = np.empty(len(rows), dtype=np.int64)
+    logprobs = np.full(len(rows), np.nan)
+    top_logprobs: list[list[tuple[int, float]]] = [[] for _ in rows]
+    rest = list(range(len(rows)))
+    if fused.fits(vocab):
+        rest = _sample_fused(samplers, rows, uniform, tokens)
+    for start in range(0, len(rest), ROW_CHUNK):
+        part = rest[start : start + ROW_CHUNK]
+        picked = _sample_rows([samplers[i] for i in part], np.stack([rows[i] for i in part]), uniform[part])
+        tokens[part], logprobs[part] = picked.tokens, picked.logprobs
+        for i, pairs in zip(part, picked.top_logprobs):
+            top_logprobs[i] = pairs
+    return BatchSample(tokens=tokens, logprobs=logprobs, top_logprobs=top_logprobs)
 
 
-def _sample_rows(samplers: Sequence[RequestSampler], logits: np.ndarray) -> BatchSample:
+def _sample_fused(samplers: Sequence[RequestSampler], rows: list[np.ndarray], uniform: np.ndarray,
+                  tokens: np.ndarray) -> list[int]:
+    """Sample the rows the compiled kernel can take (fused.py) into `tokens`; returns the
+    indices of the rows left for the numpy path."""
+    top_k = np.array([sampler.fused_top_k() for sampler in samplers], dtype=np.int64)
+    chosen = np.flatnonzero(top_k)
+    if not chosen.size:
+        return list(range(len(rows)))
+    penalties = []
+    for i in chosen:
+        state = samplers[i].penalties
+        penalties.append((state.ids, state.now()) if state is not None and state.active else None)
+    params = [samplers[i].params for i in chosen]
+    # top_p 1 keeps everything, as draw.py's sample_ranked: no float sum may creep past it.
+    # Greedy rows (top_k 1) may be Typical's and use neither.
+    top_p = np.array([p.top_p if isinstance(p, Nucleus) and p.top_p < 1.0 else np.inf for p in params])
+    temperature = np.array([p.temperature if isinstance(p, Nucleus) else 1.0 for p in params])
+    picked, status = fused.sample([rows[i] for i in chosen], penalties, top_k[chosen], top_p, temperature, uniform[chosen])
+    done = set()
+    for n, i in enumerate(chosen.tolist()):
+        if status[n] == fused.DONE:
+            tokens[i] = picked[n]
+            samplers[i].record(int(picked[n]), None)
+            done.add(i)
+    return [i for i in range(len(rows)) if i not in done]
+
+
+def _sample_rows(samplers: Sequence[RequestSampler], logits: np.ndarray, uniform: np.ndarray) -> BatchSample:
     rows, vocab = logits.shape
     width = padded_width(vocab)
     work = scratch.array("work", (rows, width), np.float32)
     work[:, vocab:] = -np.inf
     for row, sampler in enumerate(samplers):
         sampler.prepare_logits(logits[row], work[row, :vocab])
-    uniform = np.array([sampler.next_uniform() for sampler in samplers])
 
     row_max = work.max(axis=1)
     broken = ~np.isfinite(row_max) & (row_max != -np.inf)

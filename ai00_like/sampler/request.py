@@ -8,7 +8,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from .errors import SamplerError
-from .params import MAX_ABS_LOGIT_BIAS, Mirostat, SamplingOptions
+from .fused import MAX_TOP_K
+from .params import MAX_ABS_LOGIT_BIAS, Mirostat, Nucleus, SamplingOptions
 from .penalties import PenaltyState
 
 
@@ -94,6 +95,20 @@ class RequestSampler:
                 # logit_bias banned every token the grammar allows: end the reply rather than
                 # let the sampler's fallback pick a token outside the grammar.
                 out[0] = 0.0
+
+    def fused_top_k(self) -> int:
+        """The top_k the compiled sampler (fused.py) runs this row with: 1 for greedy, the
+        Nucleus top_k when it is at most fused.MAX_TOP_K; 0 when the row needs the numpy
+        path (another sampler, a mask, a grammar, logit_bias or logprobs)."""
+        if self.allowed is not None or self.constraint is not None or self._bias_ids.size:
+            return 0
+        if self.options.wants_logprobs:
+            return 0
+        if self.params.is_greedy:
+            return 1
+        if isinstance(self.params, Nucleus) and 1 < self.params.top_k <= MAX_TOP_K:
+            return self.params.top_k
+        return 0
 
     def next_uniform(self) -> float:
         self.steps += 1

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -18,6 +17,7 @@ from ..info import ModelInfo
 from ..state import State, StatePool
 from ..weights import as_float32
 from .blocks import Block, Context
+from .jit import in_passing_thread
 from .ops import SKINNY_ROWS, layer_norm, linear, pinned_blas_note, threads_for
 from .skinny import skinny_matmul
 
@@ -131,28 +131,3 @@ class CpuModel:
         for start in range(0, self.head.shape[0], HEAD_BLOCK):
             np.matmul(self.head[start : start + HEAD_BLOCK], xt, out=out[start : start + HEAD_BLOCK])
         return np.ascontiguousarray(out.T)
-
-
-def in_passing_thread(fn, *args):
-    """fn(*args) in a thread that ends with it; its exception, if any, raised here.
-
-    OpenMP (numba's threading layer) keeps a team of worker threads for every thread that
-    has launched a parallel kernel, for as long as that thread lives, and once there are
-    more workers than cores it stops letting them spin between kernels: a server whose
-    loading thread had warmed the kernels up decoded 12% slower in its stepping thread
-    (measured at batch 16: 168 sleeps and wake-ups per step). A passing thread's team ends
-    with it, leaving the thread that steps the model the only one.
-    """
-    failure: list[BaseException] = []
-
-    def run():
-        try:
-            fn(*args)
-        except BaseException as exc:  # noqa: BLE001 — re-raised in the caller's thread
-            failure.append(exc)
-
-    thread = threading.Thread(target=run, name="ai00-like-warm-up")
-    thread.start()
-    thread.join()
-    if failure:
-        raise failure[0]

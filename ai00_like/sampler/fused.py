@@ -1,0 +1,255 @@
+"""The common rows in one compiled pass each: greedy, or Nucleus with a top_k of at most
+`MAX_TOP_K`, with Ai00's penalties and nothing else (no mask, grammar, logit_bias or
+logprobs). That is every request that sets only OpenAI's usual fields, and the rows the
+serving loop samples at every step.
+
+The numpy path (batch.py) makes about eight passes over each 65,536-wide row: copy less
+the penalties, max, exp, sum, block maxima, threshold mask, flatnonzero. Here one pass
+reads the row once, chunk by chunk, and while a chunk is in L1 it subtracts the
+penalties (sparse: the few tokens that have one), updates the maxima of the 1,024
+interleaved blocks that topk.py's threshold needs and sums the chunk's exponentials
+against the chunk's max (an online softmax). Then only the blocks that can hold a top-k
+token are read again. Rows run in parallel.
+
+The cut and the draw are Ai00's, as in draw.py: sort by logit (ties by token id), keep
+the first top_k while the mass before a token is at most top_p, raise the kept
+probabilities to 1/temperature and draw with the request's uniform. Only the
+normaliser's rounding differs from the numpy path (exp by a degree-5 polynomial,
+relative error < 2e-7, anything below e^-87 taken as e^-87), so the two paths pick the
+same token unless a cut falls within that of top_p.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..rwkv.cpu.jit import LAUNCH, compiler, in_passing_thread
+from ..rwkv.cpu.ops import SKINNY_ROWS
+
+MAX_TOP_K = 512
+BLOCKS = 1024  # the interleaved blocks of topk.py's threshold; also the chunk length
+LANES = 16  # running maxima a chunk's max is taken through
+MIN_VOCAB = 8 * BLOCKS
+# A row whose threshold lets through more candidates than this (ties, flat logits) goes
+# back to the numpy path, which has an exact fallback for it.
+MAX_CANDIDATES = 4096
+
+# What the kernel reports per row.
+DONE, NUMPY = 0, 1
+
+
+def fits(vocab: int) -> bool:
+    """Whether rows of this width can take the compiled path at all."""
+    return _compiled is not None and vocab >= MIN_VOCAB and vocab % BLOCKS == 0
+
+
+def sample(rows, penalties, top_k, top_p, temperature, uniform):
+    """The kernel over `rows` (1-D float32 arrays), each less its `penalties` (a pair of
+    token ids, ascending, and their float32 penalties; or None): returns (tokens, status)
+    per row."""
+    kernel, set_threads, get_threads = _compiled
+    given = [pair if pair is not None else _NONE for pair in penalties]
+    pen_start = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum([ids.size for ids, _ in given], out=pen_start[1:])
+    pen_ids = np.concatenate([ids for ids, _ in given])
+    pen_values = np.concatenate([values for _, values in given])
+    tokens = np.empty(len(rows), dtype=np.int64)
+    status = np.empty(len(rows), dtype=np.int8)
+    threads = get_threads()
+    with LAUNCH:
+        # The cores go to numba when the step that made these rows did (ops.threads_for):
+        # after a BLAS step, OpenBLAS's threads still spin, and a second numba thread only
+        # fights them (measured: 1 row 10x slower on two threads than on one).
+        set_threads(threads if 1 < len(rows) <= SKINNY_ROWS else 1)
+        try:
+            kernel(as_matrix(rows), pen_ids, pen_values, pen_start, top_k, top_p, temperature, uniform, tokens,
+                   status)
+        finally:
+            set_threads(threads)
+    return tokens, status
+
+
+_NONE = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
+
+
+def as_matrix(rows: list[np.ndarray]) -> np.ndarray:
+    """`rows` as one writeable C-contiguous float32 [rows, vocab] array: a view when they
+    are consecutive rows of one (as a model step's logits are), else a copy. (A list of
+    arrays costs ~20 µs a row to hand to numba.)"""
+    base = rows[0].base
+    if (isinstance(base, np.ndarray) and base.ndim == 2 and base.dtype == np.float32 and base.flags.c_contiguous
+            and base.flags.writeable and base.shape[1] == rows[0].shape[0]):
+        start = _address(base)
+        first, stride = (_address(rows[0]) - start) // base.strides[0], base.strides[0]
+        if all(row.base is base and _address(row) == start + (first + n) * stride for n, row in enumerate(rows)):
+            return base[first : first + len(rows)]
+    return np.stack(rows).astype(np.float32, copy=False)
+
+
+def _address(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]
+
+
+def warm_up() -> None:
+    """Compile the kernel (or load it from numba's cache) now, not in the first request's
+    step: in a passing thread, for the reason in_passing_thread gives."""
+    if _compiled is None:
+        return
+    row = np.zeros(MIN_VOCAB, dtype=np.float32)
+    one = np.ones(1)
+    in_passing_thread(sample, [row], [None], np.full(1, 2), one, one, one * 0.5)
+
+
+def _build():
+    jit = compiler()
+    if jit is None:
+        return None
+    njit, prange = jit
+    from numba import get_num_threads, set_num_threads
+
+    sample_row = _build_row(njit)
+
+    @njit
+    def sample_rows(logits, pen_ids, pen_values, pen_start, top_k, top_p, temperature, uniform, tokens, status):
+        """Row r of `logits` (float32 [rows, vocab]) for request r, less its
+        penalties: pen_values at pen_ids, both [pen_start[r]:pen_start[r + 1]]. top_k[r]
+        == 1 means greedy. `status[r]` says whether the numpy path must redo row r (a NaN
+        or an inf, or too many candidates)."""
+        for r in prange(len(logits)):
+            i = np.int64(r)
+            at, end = pen_start[i], pen_start[i + 1]
+            tokens[i], status[i] = sample_row(logits[i], pen_ids[at:end], pen_values[at:end], top_k[i], top_p[i],
+                                              temperature[i], uniform[i])
+
+    return sample_rows, set_num_threads, get_num_threads
+
+
+def _build_row(njit):
+    @njit(parallel=False)
+    def sample_row(raw, pen_ids, pen_values, k, top_p, temperature, uniform):
+        """One row's (token, status)."""
+        vocab, greedy = raw.shape[0], k == 1
+        chunk = np.empty(BLOCKS, dtype=np.float32)  # the row less its penalties, a chunk at a time
+        block_max = np.full(BLOCKS, -np.inf, dtype=np.float32)
+        block_arg = np.zeros(BLOCKS, dtype=np.int64)  # where each block's max first occurs
+        lanes = np.empty(LANES, dtype=np.float32)
+        # exp(x) = 2^n · 2^f: the polynomial for 2^f goes to `fraction`, 2^n is built in
+        # `exponent`'s bits (read back through `power`), so every loop vectorises.
+        fraction = np.empty(BLOCKS, dtype=np.float32)
+        exponent = np.empty(BLOCKS, dtype=np.int32)
+        power = exponent.view(np.float32)
+        top, total = -np.inf, 0.0  # the running max and sum of exp(logit - top)
+        poison = np.float32(0.0)  # NaN once a NaN or ±inf has gone by
+        next_pen = 0
+        for base in range(0, vocab, BLOCKS):
+            for j in range(BLOCKS):
+                chunk[j] = raw[base + j]
+            while next_pen < pen_ids.size and pen_ids[next_pen] < base + BLOCKS:
+                chunk[pen_ids[next_pen] - base] -= pen_values[next_pen]
+                next_pen += 1
+            for j in range(BLOCKS):
+                v = chunk[j]
+                if v > block_max[j]:
+                    block_max[j] = v
+                    block_arg[j] = base + j
+                poison += v * np.float32(0.0)
+            if greedy:
+                continue
+            # The chunk's max through LANES running maxima: a plain running max does
+            # not vectorise.
+            lanes[:] = -np.inf
+            for i in range(0, BLOCKS, LANES):
+                for l in range(LANES):
+                    lanes[l] = max(lanes[l], chunk[i + l])
+            chunk_top = lanes.max()
+            for j in range(BLOCKS):
+                t = max(chunk[j] - chunk_top, np.float32(-87.0)) * np.float32(1.442695)
+                n = np.floor(t)
+                f = t - n
+                p = np.float32(1.8775767e-3)
+                p = p * f + np.float32(8.9893397e-3)
+                p = p * f + np.float32(5.5826318e-2)
+                p = p * f + np.float32(2.4015361e-1)
+                p = p * f + np.float32(6.9315308e-1)
+                fraction[j] = p * f + np.float32(9.9999994e-1)
+                exponent[j] = (np.int32(n) + 127) << 23
+            chunk_sum = np.float32(0.0)
+            for j in range(BLOCKS):
+                chunk_sum += fraction[j] * power[j]
+            if chunk_top > top:
+                total = total * math.exp(top - chunk_top) + chunk_sum
+                top = chunk_top
+            elif chunk_top > -np.inf:
+                total += chunk_sum * math.exp(chunk_top - top)
+        best = block_max.max()
+        if poison != 0.0 or best == -np.inf:
+            return 0, NUMPY
+        if greedy:  # the first token with the highest logit
+            first = vocab
+            for b in range(BLOCKS):
+                if block_max[b] == best:
+                    first = min(first, block_arg[b])
+            return first, DONE
+        # topk.py's threshold: the k-th largest block maximum is at most the k-th
+        # largest logit, and only blocks whose maximum reaches it hold candidates.
+        threshold = np.partition(block_max, BLOCKS - k)[BLOCKS - k]
+        ids = np.empty(MAX_CANDIDATES + pen_ids.size, dtype=np.int64)
+        count = 0
+        for b in range(BLOCKS):
+            if block_max[b] >= threshold:
+                for j in range(b, vocab, BLOCKS):
+                    if raw[j] >= threshold:
+                        if count == MAX_CANDIDATES:
+                            return 0, NUMPY
+                        ids[count] = j
+                        count += 1
+        # Those were found by their logits before the penalties: correct the penalised
+        # ones, and add those a negative penalty lifts over the threshold. (Candidates
+        # that fall below it stay: the cut takes the best k of them anyway.)
+        found = np.sort(ids[:count])
+        values = np.empty(count + pen_ids.size, dtype=np.float32)
+        for i in range(count):
+            values[i] = raw[found[i]]
+        ids[:count] = found
+        i = 0
+        for q in range(pen_ids.size):
+            token = pen_ids[q]
+            while i < count and found[i] < token:
+                i += 1
+            if i < count and found[i] == token:
+                values[i] = raw[token] - pen_values[q]
+            elif raw[token] - pen_values[q] >= threshold:
+                ids[count] = token
+                values[count] = raw[token] - pen_values[q]
+                count += 1
+        if count == 0:  # (a rounding apart from the first pass)
+            return 0, NUMPY
+        by_id = np.argsort(ids[:count], kind="mergesort")  # ascending ids, then a stable sort by logit
+        ids = ids[by_id]
+        values = values[by_id]
+        order = np.argsort(-values, kind="mergesort")
+        log_norm = top + math.log(total)
+        best_logit = values[order[0]]
+        cumulative = np.empty(min(k, count), dtype=np.float64)
+        mass_before, kept = 0.0, 0
+        for i in range(min(k, count)):
+            v = values[order[i]]
+            p = math.exp(v - log_norm)
+            if mass_before > top_p or p <= 0.0:
+                break
+            weight = math.exp((v - best_logit) / temperature)
+            cumulative[kept] = weight + (cumulative[kept - 1] if kept else 0.0)
+            mass_before += p
+            kept += 1
+        target = uniform * cumulative[kept - 1]
+        picked = 0
+        while picked < kept - 1 and cumulative[picked] <= target:
+            picked += 1
+        return ids[order[picked]], DONE
+
+    return sample_row
+
+
+_compiled = _build()
