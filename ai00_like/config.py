@@ -45,7 +45,7 @@ class ModelSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     served_name: str = ""
     aliases: list[str] = msgspec.field(default_factory=list)
     device: str = "auto"  # auto, cpu, gpu or a GPU adapter index ("0", "1", …)
-    precision: str = "fp16"  # of the GPU backend's weights: fp16 or fp32 (Ai00's Fp16/Fp32 too)
+    precision: str = "auto"  # how the weights are kept: auto (the file's), fp32, fp16, bf16 (Ai00's Fp16/Fp32 too)
     quant: NonNegative = 0  # layers whose projections are quantised, from the first
     quant_type: str = "int8"  # int8, nf4 or none (Ai00's Int8/NF4/None too)
     max_batch: Positive = 8

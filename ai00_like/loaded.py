@@ -96,6 +96,7 @@ def build(spec: ModelSpec, progress=None) -> LoadedModel:
                        precision=spec.precision, quant=spec.quant, quant_type=spec.quant_type)
     layers, kind = quantisation_of(model.tensors)  # a saved quantised model stays quantised
     spec = msgspec.structs.replace(spec, quant=layers, quant_type=kind) if layers else spec
+    spec = msgspec.structs.replace(spec, precision=model.precision)  # what "auto" became
     tokenizer = load_tokenizer(spec.tokenizer or default_tokenizer_path())
     states = {s.id: load_state(s.path, model.info) for s in spec.states}
     backend = Backend(model, tokenizer, token_chunk_size=spec.token_chunk_size, cache_bytes=spec.cache_bytes,

@@ -65,7 +65,7 @@ class ModelSpec(msgspec.Struct, frozen=True):
     path: str
     tokenizer: str | None = None  # None: the RWKV World vocabulary we ship
     device: str = "auto"
-    precision: str = "fp16"
+    precision: str = "auto"
     quant: int = 0
     quant_type: str = "int8"
     max_batch: int = 8

@@ -19,18 +19,18 @@ import numpy as np
 _RUNNER = r"""
 import json, sys
 import numpy as np, torch
-torch.set_num_threads(int(sys.argv[4]))
+torch.set_num_threads(int(sys.argv[2]))
 from rwkv.model import RWKV
-spec = json.loads(sys.argv[3])
-model = RWKV(model=sys.argv[1], strategy="cpu fp32", **({} if spec["v7"] else {"verbose": False}))
-logits, state = model.forward(spec["prompt"], None)
-rows, tokens = [logits.float().numpy().copy()], []
-for _ in range(spec["steps"]):
-    tok = int(torch.argmax(logits))
-    tokens.append(tok)
-    logits, state = model.forward([tok], state)
-    rows.append(logits.float().numpy().copy())
-np.savez(sys.argv[2], logits=np.stack(rows), tokens=np.array(tokens))
+for job in json.loads(sys.argv[1]):
+    model = RWKV(model=job["model"], strategy="cpu fp32", **({} if job["v7"] else {"verbose": False}))
+    logits, state = model.forward(job["prompt"], None)
+    rows, tokens = [logits.float().numpy().copy()], []
+    for _ in range(job["steps"]):
+        tok = int(torch.argmax(logits))
+        tokens.append(tok)
+        logits, state = model.forward([tok], state)
+        rows.append(logits.float().numpy().copy())
+    np.savez(job["out"], logits=np.stack(rows), tokens=np.array(tokens))
 """
 
 
@@ -41,21 +41,28 @@ def available() -> bool:
 def save_pth(tensors: dict[str, np.ndarray], path: Path) -> None:
     import torch
 
-    torch.save({k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)) for k, v in tensors.items()}, path)
+    torch.save({k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in tensors.items()}, path)
 
 
 def greedy_run(tensors: dict[str, np.ndarray], version: str, prompt: list[int], steps: int,
                threads: int = 2) -> tuple[np.ndarray, np.ndarray]:
     """(logits [1 + steps, V], greedy tokens [steps]) from the reference package."""
+    return greedy_runs([(tensors, prompt)], version == "7", steps, threads)[0]
+
+
+def greedy_runs(jobs: list[tuple[dict[str, np.ndarray], list[int]]], v7: bool, steps: int,
+                threads: int = 2) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`greedy_run` for several checkpoints of v7 (or all of v4–v6) in one subprocess: the
+    package picks its model code at import time, and importing torch is the slow part."""
     with tempfile.TemporaryDirectory() as tmp:
-        ckpt = Path(tmp) / "model.pth"
-        save_pth(tensors, ckpt)
-        out = Path(tmp) / "out.npz"
-        env = dict(os.environ, RWKV_JIT_ON="1", RWKV_CUDA_ON="0", RWKV_V7_ON="1" if version == "7" else "0")
-        spec = json.dumps({"prompt": prompt, "steps": steps, "v7": version == "7"})
-        # v7's loader appends ".pth" itself; the v4–v6 one accepts the full name.
-        name = str(ckpt.with_suffix("")) if version == "7" else str(ckpt)
-        subprocess.run([sys.executable, "-c", _RUNNER, name, str(out), spec, str(threads)],
+        specs = []
+        for n, (tensors, prompt) in enumerate(jobs):
+            ckpt = Path(tmp) / f"model{n}.pth"
+            save_pth(tensors, ckpt)
+            # v7's loader appends ".pth" itself; the v4–v6 one accepts the full name.
+            specs.append({"model": str(ckpt.with_suffix("")) if v7 else str(ckpt), "prompt": prompt, "steps": steps,
+                          "v7": v7, "out": str(Path(tmp) / f"out{n}.npz")})
+        env = dict(os.environ, RWKV_JIT_ON="1", RWKV_CUDA_ON="0", RWKV_V7_ON="1" if v7 else "0")
+        subprocess.run([sys.executable, "-c", _RUNNER, json.dumps(specs), str(threads)],
                        env=env, check=True, capture_output=True)
-        data = np.load(out)
-        return data["logits"], data["tokens"]
+        return [(data["logits"], data["tokens"]) for data in map(np.load, (spec["out"] for spec in specs))]

@@ -542,16 +542,16 @@ def test_models_page_saves_the_model_and_sends_load_options(page, server, model_
     # Device, precision and quantisation go to the server as Ai00's fields; its answer shows.
     page.select_option("#load-model", "demo-copy.st")
     page.select_option('#load-form [name="device"]', "cpu")
-    page.select_option('#load-form [name="precision"]', "Fp16")
+    page.select_option('#load-form [name="precision"]', "bf16")
     page.select_option('#load-form [name="quant_type"]', "Int8")
     page.fill('#load-form [name="quant"]', "2")
     with page.expect_response("**/admin/models/load") as response:
         page.click("#load-button")
     body = last_request_body(response.value.request)
     assert (body["model_path"], body["device"], body["precision"], body["quant_type"], body["quant"]) == \
-        ("demo-copy.st", "cpu", "Fp16", "Int8", 2)
-    if response.value.ok:
-        page.locator("#load-result", has_text="Loaded demo-copy: device cpu").wait_for()
+        ("demo-copy.st", "cpu", "bf16", "Int8", 2)
+    if response.value.ok:  # the fp16 file kept as bf16, as asked
+        page.locator("#load-result", has_text="Loaded demo-copy: device cpu, bf16").wait_for()
     else:
         message = response.value.json()["error"]["message"]
         page.locator("#load-result.error", has_text=message).wait_for()
@@ -559,7 +559,7 @@ def test_models_page_saves_the_model_and_sends_load_options(page, server, model_
     # Back to the plain demo model for the other tests.
     page.select_option('#load-form [name="quant_type"]', "None")
     page.fill('#load-form [name="quant"]', "0")
-    page.select_option('#load-form [name="precision"]', "Fp32")
+    page.select_option('#load-form [name="precision"]', "auto")
     page.select_option("#load-model", "demo.st")
     page.click("#load-button")
     page.locator("#load-result", has_text="Loaded demo:").wait_for()

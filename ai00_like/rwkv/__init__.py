@@ -31,7 +31,7 @@ def load_model(
     loras: Sequence[tuple[str | Path, float]] = (),
     state: str | Path | None = None,
     progress=None,
-    precision: str = "fp16",
+    precision: str = "auto",
     quant: int = 0,
     quant_type: str = "int8",
 ) -> Model:
@@ -42,11 +42,14 @@ def load_model(
     the numpy backend; "gpu" the best WebGPU adapter (a software one if nothing else); an
     int (or digits) that adapter of `gpu.device.list_adapters()`; "auto" a real GPU when
     there is one, else the numpy backend.
-    `precision` ("fp16" or "fp32", Ai00's "Fp16"/"Fp32" too) is how the GPU backend stores
-    the matrices; the numpy backend always computes in fp32. `quant` > 0 quantises the
-    projections of the first `quant` layers as `quant_type` "int8" or "nf4" (rwkv-spec §6;
-    Ai00's "Int8"/"NF4"/"None" too) on both backends: the numpy backend computes with the
-    same, dequantised, weights. A saved quantised model loads back quantised as it was.
+    `precision` is how the large matrices are kept: "auto" (the default) as the file stores
+    them (a bf16 file stays bf16, an fp16 one fp16), or "fp32", "fp16", "bf16" (Ai00's
+    "Fp16"/"Fp32" too). The numpy backend keeps 16-bit weights 16-bit and widens them as it
+    reads them (activations and sums are fp32); the GPU backend has no bf16 and keeps bf16
+    as fp16, saying so in the log. `quant` > 0 quantises the projections of the first
+    `quant` layers as `quant_type` "int8" or "nf4" (rwkv-spec §6; Ai00's
+    "Int8"/"NF4"/"None" too) on both backends: the numpy backend computes with the same,
+    dequantised, weights. A saved quantised model loads back quantised as it was.
     `progress(done, total)` follows the preparation of the layers (where fp16/bf16 weights
     are converted).
     """
@@ -72,7 +75,8 @@ def load_model(
     if adapter is not None:
         return GpuModel(tensors, checkpoint.info, max_batch=max_batch, initial_state=initial,
                         progress=progress, adapter=adapter, precision=precision)
-    return CpuModel(tensors, checkpoint.info, max_batch=max_batch, initial_state=initial, progress=progress)
+    return CpuModel(tensors, checkpoint.info, max_batch=max_batch, initial_state=initial, progress=progress,
+                    precision=precision, source=str(path))
 
 
 def check_device(device: str | int) -> None:

@@ -16,6 +16,7 @@ from .state import State
 @runtime_checkable
 class Model(Protocol):
     device: str  # "cpu" or "gpu"
+    precision: str  # how the large matrices are kept: "fp32", "fp16" or "bf16"
     info: ModelInfo
     tensors: Mapping[str, np.ndarray]  # as loaded (LoRAs merged, quantised): what saving writes
 

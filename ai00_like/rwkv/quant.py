@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .weights import PROJECTION
+from .weights import PRECISIONS, PROJECTION
 
 QUANT_TYPES = ("int8", "nf4")
 BLOCK = {"int8": 128, "nf4": 64}
@@ -36,8 +36,8 @@ def quant_options(precision: str, quant: int, quant_type: str) -> tuple[str, int
     """Ai00's spellings ("Fp16", "Int8", "NF4", "None") as ours ("fp16", 8, "nf4"); quant 0
     or quant_type "none" means no quantisation. Raises ValueError naming the bad value."""
     precision, kind = str(precision).lower(), str(quant_type).lower()
-    if precision not in ("fp16", "fp32"):
-        raise ValueError(f"unknown precision {precision!r}; expected fp16 or fp32")
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; expected auto, fp32, fp16 or bf16")
     if not isinstance(quant, int) or quant < 0:
         raise ValueError(f"quant must be a number of layers >= 0, got {quant!r}")
     if kind in ("none", ""):

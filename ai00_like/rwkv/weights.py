@@ -1,4 +1,5 @@
-"""Which weights a layer of each RWKV version has (rwkv-spec §2), and reading them as float32.
+"""Which weights a layer of each RWKV version has (rwkv-spec §2), and reading them as float32
+or in the format they are stored in.
 
 Both backends build their layers from these lists, so a version's projections and LoRAs are
 named once: the numpy blocks (cpu/blocks.py) keep them as arrays, the GPU blocks
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .formats import as_float, release_pages
+from .formats import as_float, cast_for_storage, gather_rows, is_bf16, release_pages
 
 # The att/ffn projections: what quantisation applies to and LoRAs blend into with the user's
 # alpha (Ai00 does the same; not the mix LoRAs, not the head).
@@ -37,6 +38,42 @@ def v7_loras(layer: int) -> tuple[str, ...]:
     return ("w1", "w2", "a1", "a2", "g1", "g2") + (("v1", "v2") if layer else ())
 
 
+# How a model keeps its matrices: "auto" keeps each file's own format.
+PRECISIONS = ("auto", "fp32", "fp16", "bf16")
+
+
+def precision_of(weights) -> str:
+    """"bf16", "fp16" or "fp32": how a matrix is stored (a quantised one counts as fp32, the
+    format its numpy form has)."""
+    if isinstance(weights, np.ndarray) and is_bf16(weights):
+        return "bf16"
+    return "fp16" if getattr(weights, "dtype", None) == np.float16 else "fp32"
+
+
+def file_precision(tensors: Mapping[str, np.ndarray]) -> str:
+    """The format a checkpoint stores its large matrices in: that of its head."""
+    return precision_of(tensors["head.weight"])
+
+
+def stored(weights, precision: str, name: str = "", source: str = "the model") -> np.ndarray:
+    """A matrix as C-contiguous `precision` ("fp32", "fp16" or "bf16"): a view of the file
+    when it is stored so, else converted once with its mapped pages dropped, tensor by
+    tensor, so a load never holds two copies of the model. Quantised matrices come out
+    as float32 (their numpy form)."""
+    if precision == "fp32" or not isinstance(weights, np.ndarray):
+        return as_float32(weights)
+    converted = cast_for_storage(weights, precision, name, source)
+    if converted is not weights and converted.base is not weights:
+        release_pages(weights)
+    return converted
+
+
+def embedding_rows(emb: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The embedding's rows for `ids` as float32, whatever the table is stored as; only the
+    rows read stay mapped (formats.gather_rows)."""
+    return np.ascontiguousarray(as_float(gather_rows(emb, ids)), dtype=np.float32)
+
+
 def as_float32(weights: np.ndarray) -> np.ndarray:
     """Weights as C-contiguous float32: an fp32 file is used in place, fp16 and bf16 ones are
     converted once (numpy converts fp16 far slower than it reads fp32) and their mapped
@@ -48,13 +85,18 @@ def as_float32(weights: np.ndarray) -> np.ndarray:
 
 
 class LayerWeights:
-    """One layer's tensors as float32 (a memory-mapped fp32 file is used in place)."""
+    """One layer's tensors: vectors and small matrices as float32, the projections in
+    `precision` (a memory-mapped file is used in place where it is stored so)."""
 
-    def __init__(self, tensors: Mapping[str, np.ndarray], layer: int):
-        self.tensors, self.prefix, self.layer = tensors, f"blocks.{layer}.", layer
+    def __init__(self, tensors: Mapping[str, np.ndarray], layer: int, precision: str = "fp32"):
+        self.tensors, self.prefix, self.layer, self.precision = tensors, f"blocks.{layer}.", layer, precision
 
     def matrix(self, name: str) -> np.ndarray:
         return as_float32(self.tensors[self.prefix + name])
+
+    def projection(self, name: str) -> np.ndarray:
+        """An att/ffn projection, kept in the model's precision (or quantised, as float32)."""
+        return stored(self.tensors[self.prefix + name], self.precision, self.prefix + name)
 
     def vector(self, name: str) -> np.ndarray:
         return self.matrix(name).reshape(-1)

@@ -60,7 +60,7 @@ class ReloadInfo(msgspec.Struct, kw_only=True):
     state: list[StateItem]
     quant: int = 0
     quant_type: str = "none"
-    precision: str = "fp16"
+    precision: str = "auto"
     token_chunk_size: int
     max_batch: int
     tokenizer_path: str

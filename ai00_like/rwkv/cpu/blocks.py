@@ -41,7 +41,7 @@ class TimeMix4:
         self.mix = np.stack([w.vector(f"att.time_mix_{q}") for q in "kvr"])[:, None, :]
         self.log_decay = -np.exp(w.vector("att.time_decay"))  # per step, < 0
         self.bonus = w.vector("att.time_first")
-        self.W = {n: w.matrix(f"att.{n}.weight") for n in att_projections(info.version)}
+        self.W = {n: w.projection(f"att.{n}.weight") for n in att_projections(info.version)}
 
     def __call__(self, z, prev, plan, states, ctx):
         xk, xv, xr = z * self.mix + prev * (1.0 - self.mix)
@@ -59,7 +59,7 @@ class ChannelMix4:
 
     def __init__(self, w: LayerWeights, info):
         self.mix = np.stack([w.vector("ffn.time_mix_k"), w.vector("ffn.time_mix_r")])[:, None, :]
-        self.W = {n: w.matrix(f"ffn.{n}.weight") for n in ffn_projections(info.version)}
+        self.W = {n: w.projection(f"ffn.{n}.weight") for n in ffn_projections(info.version)}
 
     def __call__(self, z, prev):
         xk, xr = z * self.mix + prev * (1.0 - self.mix)
@@ -81,7 +81,7 @@ class TimeMix5:
             self.bonus = w.matrix("att.time_faaaa").reshape(per_head)
         else:  # the legacy name holds log u
             self.bonus = np.exp(w.matrix("att.time_first")).reshape(per_head)
-        self.W = {n: w.matrix(f"att.{n}.weight") for n in att_projections(info.version)}
+        self.W = {n: w.projection(f"att.{n}.weight") for n in att_projections(info.version)}
         self.ln_x = (w.vector("att.ln_x.weight"), w.vector("att.ln_x.bias"))
 
     def __call__(self, z, prev, plan, states, ctx):
@@ -110,7 +110,7 @@ class TimeMix6:
         self.decay = w.vector("att.time_decay")
         self.decay_w1, self.decay_w2 = w.matrix("att.time_decay_w1"), w.matrix("att.time_decay_w2")
         self.bonus = w.matrix("att.time_faaaa").reshape(self.H, self.N)
-        self.W = {n: w.matrix(f"att.{n}.weight") for n in att_projections(info.version)}
+        self.W = {n: w.projection(f"att.{n}.weight") for n in att_projections(info.version)}
         self.ln_x = (w.vector("att.ln_x.weight"), w.vector("att.ln_x.bias"))
 
     def __call__(self, z, prev, plan, states, ctx):
@@ -133,7 +133,7 @@ class ChannelMix6:
 
     def __init__(self, w: LayerWeights, info):
         self.maa = np.stack([w.vector("ffn.time_maa_k"), w.vector("ffn.time_maa_r")])[:, None, :]
-        self.W = {n: w.matrix(f"ffn.{n}.weight") for n in ffn_projections(info.version)}
+        self.W = {n: w.projection(f"ffn.{n}.weight") for n in ffn_projections(info.version)}
 
     def __call__(self, z, prev):
         xk, xr = z + (prev - z) * self.maa
@@ -152,7 +152,7 @@ class TimeMix7:
         self.v0 = None if self.first else w.vector("att.v0")
         self.k_k, self.k_a = w.vector("att.k_k"), w.vector("att.k_a")
         self.r_k = w.matrix("att.r_k").reshape(self.H, self.N)
-        self.W = {n: w.matrix(f"att.{n}.weight") for n in att_projections(info.version)}
+        self.W = {n: w.projection(f"att.{n}.weight") for n in att_projections(info.version)}
         self.ln_x = (w.vector("att.ln_x.weight"), w.vector("att.ln_x.bias"))
 
     def __call__(self, z, prev, plan, states, ctx):
@@ -188,7 +188,7 @@ class ChannelMix7:
 
     def __init__(self, w: LayerWeights, info):
         self.mix = w.vector("ffn.x_k")
-        self.W = {n: w.matrix(f"ffn.{n}.weight") for n in ffn_projections(info.version)}
+        self.W = {n: w.projection(f"ffn.{n}.weight") for n in ffn_projections(info.version)}
 
     def __call__(self, z, prev):
         return feed_forward(self.W, z + (prev - z) * self.mix)
@@ -216,8 +216,8 @@ class Block:
     """One layer: x += time_mix(ln1(x)); x += channel_mix(ln2(x)), each mix fed the previous
     token's normalised row too (the token shift)."""
 
-    def __init__(self, tensors, info, layer: int):
-        w = LayerWeights(tensors, layer)
+    def __init__(self, tensors, info, layer: int, precision: str = "fp32"):
+        w = LayerWeights(tensors, layer, precision)
         self.ln1 = (w.vector("ln1.weight"), w.vector("ln1.bias"))
         self.ln2 = (w.vector("ln2.weight"), w.vector("ln2.bias"))
         time_mix, channel_mix = MIXES[info.version[0]]

@@ -12,13 +12,12 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from ..batch import BatchPlan, StepInput, StepLayout
-from ..formats import as_float, gather_rows
 from ..info import ModelInfo
 from ..state import State, StatePool
-from ..weights import as_float32
+from ..weights import as_float32, embedding_rows, file_precision, stored
 from .blocks import Block, Context
 from .jit import in_passing_thread
-from .ops import SKINNY_ROWS, layer_norm, linear, pinned_blas_note, threads_for
+from .ops import SKINNY_ROWS, keeps_16bit, layer_norm, linear, pinned_blas_note, threads_for
 from .skinny import skinny_matmul
 
 HEAD_BLOCK = 2048  # rows of the head per product when decoding a batch
@@ -29,10 +28,19 @@ class CpuModel:
     device = "cpu"
 
     def __init__(self, tensors: Mapping[str, np.ndarray], info: ModelInfo, max_batch: int = 1,
-                 initial_state: State | None = None, progress: Callable[[int, int], None] | None = None):
-        """`tensors` in the official layout (fp32 used in place; fp16/bf16 converted here).
-        `progress(done, total)` is called as the layers are prepared."""
+                 initial_state: State | None = None, progress: Callable[[int, int], None] | None = None,
+                 precision: str = "auto", source: str = "the model"):
+        """`tensors` in the official layout. The projections and the head are kept in
+        `precision` ("auto": as the file stores them, used in place; fp32, fp16 or bf16:
+        converted here, layer by layer), everything else as fp32; the products widen 16-bit
+        weights as they read them (ops.linear). `progress(done, total)` is called as the
+        layers are prepared."""
         self.info = info
+        precision = file_precision(tensors) if precision == "auto" else precision
+        if precision != "fp32" and not keeps_16bit():
+            log.info("the numpy backend keeps %s weights as fp32: its 16-bit kernels need numba", precision)
+            precision = "fp32"
+        self.precision = precision
         self.tensors = tensors  # as loaded (LoRAs merged), for saving; the layers below share them
         vec = lambda name: as_float32(tensors[name]).reshape(-1)
         # ln0 is applied to the gathered rows each step rather than folded into a copy of
@@ -41,11 +49,11 @@ class CpuModel:
         self.ln0 = (vec("blocks.0.ln0.weight"), vec("blocks.0.ln0.bias"))
         self.blocks = []
         for i in range(info.n_layer):
-            self.blocks.append(Block(tensors, info, i))
+            self.blocks.append(Block(tensors, info, i, precision))
             if progress:
                 progress(i + 1, info.n_layer + 1)
         self.ln_out = (vec("ln_out.weight"), vec("ln_out.bias"))
-        self.head = as_float32(tensors["head.weight"])
+        self.head = stored(tensors["head.weight"], precision, "head.weight", source)
         if progress:
             progress(info.n_layer + 1, info.n_layer + 1)
         self.pool = StatePool(info, max_batch, initial_state)
@@ -93,7 +101,7 @@ class CpuModel:
         ids = np.asarray(tokens, dtype=np.intp)
         if not len(ids) or ids.min() < 0 or ids.max() >= self.info.vocab:
             raise ValueError(f"token ids must be in [0, {self.info.vocab}) and at least one")
-        with threads_for(len(ids)):
+        with self._threads(len(ids)):
             x = self._layers(ids, BatchPlan([(0, len(ids))]), pool)
         return layer_norm(x, *self.ln_out), pool.read(0)
 
@@ -105,16 +113,20 @@ class CpuModel:
         layout = StepLayout(inputs, self.info.vocab, pool.size, pool.size)
         if not layout.active:
             return layout.results(None)
-        with threads_for(len(layout.ids)):
+        with self._threads(len(layout.ids)):
             x = self._layers(layout.ids, layout.plan, pool)  # x: (A, C)
         # ln_out and the head (the largest matrix) only on the rows whose logits are wanted.
-        with threads_for(len(layout.wanted)):
+        with self._threads(len(layout.wanted)):
             logits = self._head(x[layout.wanted]) if layout.wanted else None  # (wanted, V)
         return layout.results(logits)
 
+    def _threads(self, rows: int):
+        # 16-bit weights are read by numba's kernels even for a single row.
+        return threads_for(rows, single_row_in_numba=self.precision != "fp32")
+
     def _layers(self, ids: np.ndarray, plan: BatchPlan, pool: StatePool) -> np.ndarray:
         """The last layer's output of the step's rows: (A, C) for A = len(ids)."""
-        x = layer_norm(np.asarray(as_float(gather_rows(self.emb, ids)), dtype=np.float32), *self.ln0)
+        x = layer_norm(embedding_rows(self.emb, ids), *self.ln0)
         ctx = Context()
         for block, slots in zip(self.blocks, pool.layers()):
             x = block(x, slots, plan, ctx)

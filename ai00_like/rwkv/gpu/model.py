@@ -1,5 +1,5 @@
 """The WebGPU RWKV model: the same interface as the numpy `CpuModel` (v4, v5.x, v6, v7; fp32 or
-fp16 weights, Int8/NF4 projections).
+fp16 weights, bf16 files as fp16, Int8/NF4 projections).
 
 One batched step runs every slot's rows as one stack (rwkv-spec §4.2): the embedding rows
 are gathered on the CPU, then each layer is a fixed list of compute dispatches over the
@@ -10,6 +10,7 @@ part, slot-first (states.py); the weights as uploaded by buffers.py.
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 
@@ -17,11 +18,10 @@ import numpy as np
 
 from ..batch import StepInput, StepLayout
 from ..cpu.ops import layer_norm
-from ..formats import gather_rows
 from ..info import ModelInfo
 from ..quant import quant_options, quantise_tensors
 from ..state import State
-from ..weights import LayerWeights, as_float32
+from ..weights import LayerWeights, as_float32, embedding_rows, file_precision
 from .blocks import Block
 from .buffers import Uploader
 from .device import Device
@@ -32,6 +32,7 @@ from .states import GpuStates
 MAX_HEAD_SIZE = 64  # the WKV kernels keep one row of a head's state per thread, N ≤ 64 threads
 FORWARD_CHUNK = 256  # tokens per step of `forward`: bounds the activation buffer
 PROGRAMS_KEPT = 32  # recorded step shapes kept for reuse
+log = logging.getLogger(__name__)
 
 
 class GpuModel:
@@ -42,12 +43,15 @@ class GpuModel:
     def __init__(self, tensors: Mapping[str, np.ndarray], info: ModelInfo, max_batch: int = 1,
                  initial_state: State | None = None, progress: Callable[[int, int], None] | None = None,
                  adapter: int = 0, precision: str = "fp32", quant: int = 0, quant_type: str = "int8"):
-        """`precision` "fp16" keeps the matrices in f16 (activations, states and sums stay f32).
+        """`precision` "fp16" keeps the matrices in f16 (activations, states and sums stay f32),
+        "fp32" in f32; "auto" keeps an fp32 file's fp32 and an fp16 or bf16 file's 16 bits as
+        f16 (the kernels have no bf16: "bf16" is f16 too, with a log line).
         `quant` > 0 stores the projections of the first `quant` layers (not the LoRAs, not
         the head) as `quant_type` "int8" or "nf4" blocks (rwkv-spec §6); projections that
         are already `QuantisedMatrix` (a saved quantised model, or `load_model`'s doing) are
         uploaded as they are."""
         precision, quant, quant_type = quant_options(precision, quant, quant_type)
+        precision = gpu_precision(precision, tensors)
         check_gpu_shape(info)
         if quant:
             tensors = quantise_tensors(tensors, quant, quant_type)
@@ -155,7 +159,7 @@ class GpuModel:
             self.programs.clear()  # they bind the buffers just replaced
         self.space.write_plan(layout)
         queue = self.gpu.device.queue
-        queue.write_buffer(self.space.act, 0, np.ascontiguousarray(gather_rows(self.emb, layout.ids), dtype=np.float32))
+        queue.write_buffer(self.space.act, 0, embedding_rows(self.emb, layout.ids))
         self.kernels.run(self._program(rows, len(layout.active), wanted))
         if not wanted:
             return layout.results(None)
@@ -197,3 +201,15 @@ def check_gpu_shape(info: ModelInfo) -> None:
     if info.version != "4" and info.head_size > MAX_HEAD_SIZE:
         raise ValueError(f"the GPU backend's WKV kernels take heads of up to {MAX_HEAD_SIZE} channels; this model's "
                          f"are {info.head_size}: use device='cpu'")
+
+
+def gpu_precision(precision: str, tensors: Mapping[str, np.ndarray]) -> str:
+    """What the GPU keeps the matrices in for a requested `precision` (see GpuModel)."""
+    if precision == "auto":
+        precision = "fp32" if file_precision(tensors) == "fp32" else "fp16"
+        if file_precision(tensors) == "bf16":
+            log.info("the GPU backend keeps this bf16 model's weights as fp16 (its kernels have no bf16)")
+    elif precision == "bf16":
+        log.info("the GPU backend keeps the weights as fp16, not bf16 (its kernels have no bf16)")
+        precision = "fp16"
+    return precision

@@ -1,0 +1,98 @@
+"""The conformance matrix: every file form users have, on every backend, against the reference.
+
+Released RWKV models are bf16 `.pth` files; Ai00 users bring fp16 `.st` files in the
+official or the web-rwkv layout, and quantised "prefab" files. Each form of each version
+is written here as such a file and loaded with `load_model` at precision "auto" (the
+file's own). The reference package runs on the same weights the file holds, widened to
+fp32 (a bf16 file's rounded values, a prefab's dequantised blocks), so every form is exact:
+within 1e-3 of the logits' std over a 100-token prompt and 32 greedy steps, with the same
+greedy tokens. (How far fp16, Int8 and NF4 are from the fp32 weights they came from is
+bench/gpu.py's and the README's table's business.)
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+import reference
+from conformance_cases import CASES, prompt_for
+from engine_helpers import NEEDS_GPU, greedy, rel_err
+
+from ai00_like.rwkv import load_model
+from ai00_like.rwkv.formats.pth import write_pth
+from ai00_like.rwkv.formats.safetensors import write_safetensors
+from ai00_like.rwkv.loader import read_checkpoint
+from ai00_like.rwkv.quant import quantise_tensors
+from ai00_like.rwkv.synthetic import make_checkpoint
+
+pytestmark = [
+    pytest.mark.reference,
+    pytest.mark.skipif(not reference.available(), reason="torch and rwkv are not installed"),
+]
+
+TOLERANCE = 1e-3
+STEPS = 32
+VERSIONS = ["v4-L2-D64", "v5.0-L2-D64-N32", "v5.1-L2-D64-N32", "v5.2-L2-D64-N32", "v6-L2-D64-N32",
+            "v7-L2-D64-N32"]
+
+
+def _quantised(kind: str):
+    return lambda tensors, path: write_safetensors(quantise_tensors(tensors, 2, kind), path)
+
+
+# form → (file name, writer, the precision "auto" keeps on the numpy backend)
+FORMS = {
+    "bf16.pth": ("model.pth", lambda t, p: write_pth(t, p, "bf16"), "bf16"),
+    "fp16.pth": ("model.pth", lambda t, p: write_pth(t, p, "fp16"), "fp16"),
+    "fp32.pth": ("model.pth", lambda t, p: write_pth(t, p, "fp32"), "fp32"),
+    "fp16.st": ("model.st", lambda t, p: write_safetensors(t, p, layout="official", dtype="fp16"), "fp16"),
+    "web-rwkv.st": ("model.st", lambda t, p: write_safetensors(t, p, layout="web-rwkv", dtype="fp16"), "fp16"),
+    "int8 prefab": ("model.st", _quantised("int8"), "fp16"),
+    "nf4 prefab": ("model.st", _quantised("nf4"), "fp16"),
+}
+DEVICES = ["cpu", pytest.param("gpu", marks=NEEDS_GPU)]
+
+
+@functools.cache
+def _file(case: str, form: str, folder) -> str:
+    version, kwargs = CASES[case]
+    name, write, _ = FORMS[form]
+    path = folder / f"{case}-{form.replace(' ', '-')}-{name}"
+    write(make_checkpoint(version, **kwargs), path)
+    return str(path)
+
+
+@functools.cache
+def _reference(folder) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
+    """The reference's logits and tokens for every (case, form), in two subprocesses."""
+    out = {}
+    for v7 in (False, True):
+        keys = [(c, f) for c in VERSIONS for f in FORMS if (CASES[c][0] == "7") == v7]
+        jobs = []
+        for case, form in keys:
+            widened = {k: np.asarray(v, dtype=np.float32) for k, v in read_checkpoint(_file(case, form, folder)).tensors.items()}
+            jobs.append((widened, prompt_for(case, CASES[case][1]["vocab"])))
+        out.update(zip(keys, reference.greedy_runs(jobs, v7, STEPS)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("file-forms")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("form", list(FORMS))
+@pytest.mark.parametrize("case", VERSIONS)
+def test_every_file_form_matches_the_reference(folder, case, form, device):
+    want_logits, want_tokens = _reference(folder)[case, form]
+    model = load_model(_file(case, form, folder), device)
+    if device == "cpu":  # "auto" keeps the file's own precision
+        assert model.precision == FORMS[form][2]
+    logits, tokens = greedy(model, prompt_for(case, CASES[case][1]["vocab"]), STEPS)
+    errors = [rel_err(ours, theirs) for ours, theirs in zip(logits, want_logits)]
+    assert max(errors) < TOLERANCE, f"worst step {int(np.argmax(errors))}: {max(errors):.2e}"
+    assert tokens == want_tokens.tolist()
