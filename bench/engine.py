@@ -3,7 +3,10 @@
 A seeded v7 checkpoint of the 0.1B shape (L12, D768, V65536) in fp32, saved once as a
 `.pth` that both engines load. Each engine runs in its own process with 2 threads:
 prefill tokens/s of a 512-token prompt, decode tokens/s at batch 1, 4 and 16, and the
-process's peak memory. Prints a table, then one JSON line of results and ratios.
+process's peak memory. Ours also runs on the same weights saved as a bf16 `.pth` (as RWKV
+models are released) at the precisions of `--precisions` (default bf16 and fp16, kept
+16-bit in memory), each against our fp32 run. Prints a table, then one JSON line of
+results and ratios.
 
 Each library picks its own CPU kernels, as it does on a user's machine: numpy's OpenBLAS
 by its CPU detection, torch's MKL by its own. An environment that pins OpenBLAS to an
@@ -56,7 +59,10 @@ OURS = COMMON + """
 from ai00_like.rwkv import load_model
 from ai00_like.rwkv.batch import StepInput
 from threadpoolctl import threadpool_info
-t = time.perf_counter(); model = load_model(path, device="cpu", max_batch=max(batches)); load_s = time.perf_counter() - t
+import os
+t = time.perf_counter()
+model = load_model(path, device="cpu", max_batch=max(batches), precision=os.environ.get("BENCH_PRECISION", "auto"))
+load_s = time.perf_counter() - t
 blas = next((f"{i['internal_api']} {i.get('architecture')}" for i in threadpool_info() if i["user_api"] == "blas"), "?")
 model.forward(prompt[:64])  # warm-up
 prefill_s = best_of(2, lambda: model.forward(prompt))
@@ -104,6 +110,18 @@ def checkpoint(shape: str) -> tuple[Path, int]:
     return path, nbytes
 
 
+def bf16_checkpoint(shape: str) -> Path:
+    """The same seeded weights as a bf16 .pth, as RWKV models are released (made once)."""
+    from ai00_like.rwkv.formats.pth import write_pth
+    from ai00_like.rwkv.synthetic import make_checkpoint
+
+    path = CACHE / f"v7-{shape}-seed1-bf16.pth"
+    if not path.exists():
+        CACHE.mkdir(exist_ok=True)
+        write_pth(make_checkpoint("7", seed=1, **SHAPES[shape]), path, "bf16")
+    return path
+
+
 def run(code: str, path: Path, env_extra: dict, batches, blas_coretype: str | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
     env.update(BENCH_THREADS=str(THREADS), OMP_NUM_THREADS=str(THREADS), OPENBLAS_NUM_THREADS=str(THREADS), **env_extra)
@@ -120,6 +138,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a 4-layer D256 model instead of the 0.1B shape")
     parser.add_argument("--no-reference", action="store_true", help="only our engine")
+    parser.add_argument("--precisions", default="bf16,fp16",
+                        help="ours also on the bf16 .pth at these precisions (default bf16,fp16; '' for none)")
     args = parser.parse_args()
     shape = "quick" if args.quick else "0.1B"
     path, weight_bytes = checkpoint(shape)
@@ -141,6 +161,14 @@ def main() -> None:
     for b in BATCHES:
         row(f"decode batch {b} tok/s", ours["decode_tps"][str(b)], ref_b1)
     row("peak memory MiB", ours["peak_mb"], ref and ref["peak_mb"])
+    lower = {p: run(OURS, bf16_checkpoint(shape), {"BENCH_PRECISION": p}, BATCHES)
+             for p in filter(None, args.precisions.split(","))}
+    for p, figures in lower.items():
+        print(f"ours {p} from the bf16 .pth, against our fp32 ({figures['blas']}):")
+        row(f"prefill {PROMPT} tok/s", figures["prefill_tps"], ours["prefill_tps"])
+        for b in BATCHES:
+            row(f"decode batch {b} tok/s", figures["decode_tps"][str(b)], ours["decode_tps"][str(b)])
+        row("peak memory MiB", figures["peak_mb"], ours["peak_mb"])
     if pinned:
         print(f"ours with the environment's OPENBLAS_CORETYPE={pinned_coretype} ({pinned['blas']}):")
         row(f"prefill {PROMPT} tok/s", pinned["prefill_tps"], ref and ref["prefill_tps"])
@@ -152,6 +180,7 @@ def main() -> None:
         "ours": ours,
         "reference": ref,
         "ours_pinned_blas": pinned,
+        "ours_lower_precisions": lower,
         "ratios": {
             "prefill": ref and ours["prefill_tps"] / ref["prefill_tps"],
             **{f"decode_b{b}_vs_ref_b1": ref and ours["decode_tps"][str(b)] / ref_b1 for b in BATCHES},
