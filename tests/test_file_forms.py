@@ -24,6 +24,7 @@ from engine_helpers import NEEDS_GPU, greedy, rel_err
 from ai00_like.rwkv import load_model
 from ai00_like.rwkv.formats.pth import write_pth
 from ai00_like.rwkv.formats.safetensors import write_safetensors
+from ai00_like.rwkv.cpu.int8 import PackedInt8
 from ai00_like.rwkv.loader import read_checkpoint
 from ai00_like.rwkv.quant import quantise_tensors
 from ai00_like.rwkv.synthetic import make_checkpoint
@@ -35,17 +36,20 @@ pytestmark = [
 
 TOLERANCE = 1e-3
 STEPS = 32
-VERSIONS = ["v4-L2-D64", "v5.0-L2-D64-N32", "v5.1-L2-D64-N32", "v5.2-L2-D64-N32", "v6-L2-D64-N32",
-            "v7-L2-D64-N32"]
+# 128 channels where a version has such a case: Int8 rows of whole blocks stay packed on the CPU.
+VERSIONS = ["v4-L2-D64", "v5.0-L2-D64-N32", "v5.1-L2-D64-N32", "v5.2-L3-D128-N64", "v6-L3-D128-N64",
+            "v7-L3-D128-N64"]
 
 
 def _quantised(kind: str):
     return lambda tensors, path: write_safetensors(quantise_tensors(tensors, 2, kind), path)
 
 
-# form → (file name, writer, the precision "auto" keeps on the numpy backend)
+# form → (file name, writer, the precision "auto" keeps on the numpy backend, quantised at load)
 FORMS = {
     "bf16.pth": ("model.pth", lambda t, p: write_pth(t, p, "bf16"), "bf16"),
+    "bf16.pth, int8 at load": ("model.pth", lambda t, p: write_pth(t, p, "bf16"), "bf16", "int8"),
+    "bf16.pth, nf4 at load": ("model.pth", lambda t, p: write_pth(t, p, "bf16"), "bf16", "nf4"),
     "fp16.pth": ("model.pth", lambda t, p: write_pth(t, p, "fp16"), "fp16"),
     "fp32.pth": ("model.pth", lambda t, p: write_pth(t, p, "fp32"), "fp32"),
     "fp16.st": ("model.st", lambda t, p: write_safetensors(t, p, layout="official", dtype="fp16"), "fp16"),
@@ -56,10 +60,14 @@ FORMS = {
 DEVICES = ["cpu", pytest.param("gpu", marks=NEEDS_GPU)]
 
 
+def _quant(form: str) -> str | None:
+    return FORMS[form][3] if len(FORMS[form]) > 3 else None
+
+
 @functools.cache
 def _file(case: str, form: str, folder) -> str:
     version, kwargs = CASES[case]
-    name, write, _ = FORMS[form]
+    name, write = FORMS[form][:2]
     path = folder / f"{case}-{form.replace(' ', '-')}-{name}"
     write(make_checkpoint(version, **kwargs), path)
     return str(path)
@@ -73,7 +81,10 @@ def _reference(folder) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
         keys = [(c, f) for c in VERSIONS for f in FORMS if (CASES[c][0] == "7") == v7]
         jobs = []
         for case, form in keys:
-            widened = {k: np.asarray(v, dtype=np.float32) for k, v in read_checkpoint(_file(case, form, folder)).tensors.items()}
+            tensors = read_checkpoint(_file(case, form, folder)).tensors
+            if _quant(form):  # what the loader will compute with: the file's weights, quantised
+                tensors = quantise_tensors(tensors, 99, _quant(form))
+            widened = {k: np.asarray(v, dtype=np.float32) for k, v in tensors.items()}
             jobs.append((widened, prompt_for(case, CASES[case][1]["vocab"])))
         out.update(zip(keys, reference.greedy_runs(jobs, v7, STEPS)))
     return out
@@ -89,9 +100,12 @@ def folder(tmp_path_factory):
 @pytest.mark.parametrize("case", VERSIONS)
 def test_every_file_form_matches_the_reference(folder, case, form, device):
     want_logits, want_tokens = _reference(folder)[case, form]
-    model = load_model(_file(case, form, folder), device)
-    if device == "cpu":  # "auto" keeps the file's own precision
+    model = load_model(_file(case, form, folder), device, quant=99 if _quant(form) else 0,
+                       quant_type=_quant(form) or "none")
+    if device == "cpu":  # "auto" keeps the file's own precision; Int8 stays packed
         assert model.precision == FORMS[form][2]
+        packed = isinstance(model.blocks[0].channel_mix.W["key"], PackedInt8)
+        assert packed == ("int8" in form and model.info.n_embd % 128 == 0)
     logits, tokens = greedy(model, prompt_for(case, CASES[case][1]["vocab"]), STEPS)
     errors = [rel_err(ours, theirs) for ours, theirs in zip(logits, want_logits)]
     assert max(errors) < TOLERANCE, f"worst step {int(np.argmax(errors))}: {max(errors):.2e}"

@@ -48,8 +48,9 @@ def load_model(
     reads them (activations and sums are fp32); the GPU backend has no bf16 and keeps bf16
     as fp16, saying so in the log. `quant` > 0 quantises the projections of the first
     `quant` layers as `quant_type` "int8" or "nf4" (rwkv-spec §6; Ai00's
-    "Int8"/"NF4"/"None" too) on both backends: the numpy backend computes with the same,
-    dequantised, weights. A saved quantised model loads back quantised as it was.
+    "Int8"/"NF4"/"None" too) on both backends, with the same weights: the numpy backend
+    keeps Int8 packed where its rows are whole blocks and dequantises the rest and NF4.
+    A saved quantised model loads back quantised as it was.
     `progress(done, total)` follows the preparation of the layers (where fp16/bf16 weights
     are converted).
     """

@@ -7,10 +7,10 @@ each w/absmax as the index of the nearest of 16 NormalFloat levels (ties to the 
 eight per u32, low nibble first.
 
 A quantised matrix travels through the program as a `QuantisedMatrix` in the model's tensor
-dict: the GPU backend uploads its packed words as they are, numpy sees the dequantised
-float32 matrix (the numpy backend computes with the same weights, without the memory
-saving), and saving writes the packed words (formats/prefab.py), so a saved model loads
-back without quantising again.
+dict: the GPU backend uploads its packed words as they are, the numpy backend keeps Int8
+packed for its byte kernel (cpu/int8.py) and multiplies NF4 as the dequantised float32
+matrix that numpy sees, and saving writes the packed words (formats/prefab.py), so a saved
+model loads back without quantising again.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .formats import as_float
 from .weights import PRECISIONS, PROJECTION
 
 QUANT_TYPES = ("int8", "nf4")
@@ -82,7 +83,8 @@ def quantise(kind: str, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(packed weights, packed block scales) as uint32 arrays, CHUNK elements at a time."""
     flat = np.asarray(weights).reshape(-1)
     step = {"int8": _int8, "nf4": _nf4}[kind]
-    parts = [step(np.asarray(flat[i : i + CHUNK], dtype=np.float32)) for i in range(0, len(flat), CHUNK)]
+    # bf16 arrives as its bit patterns (formats.BF16): widened a chunk at a time like the rest
+    parts = [step(np.asarray(as_float(flat[i : i + CHUNK]), dtype=np.float32)) for i in range(0, len(flat), CHUNK)]
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 

@@ -58,9 +58,11 @@ def file_precision(tensors: Mapping[str, np.ndarray]) -> str:
 def stored(weights, precision: str, name: str = "", source: str = "the model") -> np.ndarray:
     """A matrix as C-contiguous `precision` ("fp32", "fp16" or "bf16"): a view of the file
     when it is stored so, else converted once with its mapped pages dropped, tensor by
-    tensor, so a load never holds two copies of the model. Quantised matrices come out
-    as float32 (their numpy form)."""
-    if precision == "fp32" or not isinstance(weights, np.ndarray):
+    tensor, so a load never holds two copies of the model. A quantised matrix stays as it
+    is: each backend decides what form it multiplies."""
+    if not isinstance(weights, np.ndarray):
+        return weights
+    if precision == "fp32":
         return as_float32(weights)
     converted = cast_for_storage(weights, precision, name, source)
     if converted is not weights and converted.base is not weights:
@@ -95,7 +97,7 @@ class LayerWeights:
         return as_float32(self.tensors[self.prefix + name])
 
     def projection(self, name: str) -> np.ndarray:
-        """An att/ffn projection, kept in the model's precision (or quantised, as float32)."""
+        """An att/ffn projection, kept in the model's precision (or as its quantised blocks)."""
         return stored(self.tensors[self.prefix + name], self.precision, self.prefix + name)
 
     def vector(self, name: str) -> np.ndarray:

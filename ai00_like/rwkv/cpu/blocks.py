@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..weights import LayerWeights, att_projections, ffn_projections, v7_loras
-from .ops import group_norm, layer_norm, linear, sigmoid, silu, token_shift
+from .ops import group_norm, kernel_form, layer_norm, linear, sigmoid, silu, token_shift
 from .wkv import (
     run_segments,
     wkv4_sequence,
@@ -25,6 +25,11 @@ from .wkv import (
 from .wkv_numba import wkv5_segments, wkv7_segments
 
 V7_DECAY_SCALE = 0.606531  # e^-1/2, as the reference writes it
+
+
+def projections(w: LayerWeights, mix: str, names) -> dict[str, np.ndarray]:
+    """A mix's projection matrices (`mix` "att" or "ffn"), in the form `linear` reads."""
+    return {n: kernel_form(w.projection(f"{mix}.{n}.weight")) for n in names}
 
 
 class Context:
@@ -41,7 +46,7 @@ class TimeMix4:
         self.mix = np.stack([w.vector(f"att.time_mix_{q}") for q in "kvr"])[:, None, :]
         self.log_decay = -np.exp(w.vector("att.time_decay"))  # per step, < 0
         self.bonus = w.vector("att.time_first")
-        self.W = {n: w.projection(f"att.{n}.weight") for n in att_projections(info.version)}
+        self.W = projections(w, "att", att_projections(info.version))
 
     def __call__(self, z, prev, plan, states, ctx):
         xk, xv, xr = z * self.mix + prev * (1.0 - self.mix)
@@ -59,7 +64,7 @@ class ChannelMix4:
 
     def __init__(self, w: LayerWeights, info):
         self.mix = np.stack([w.vector("ffn.time_mix_k"), w.vector("ffn.time_mix_r")])[:, None, :]
-        self.W = {n: w.projection(f"ffn.{n}.weight") for n in ffn_projections(info.version)}
+        self.W = projections(w, "ffn", ffn_projections(info.version))
 
     def __call__(self, z, prev):
         xk, xr = z * self.mix + prev * (1.0 - self.mix)
@@ -81,7 +86,7 @@ class TimeMix5:
             self.bonus = w.matrix("att.time_faaaa").reshape(per_head)
         else:  # the legacy name holds log u
             self.bonus = np.exp(w.matrix("att.time_first")).reshape(per_head)
-        self.W = {n: w.projection(f"att.{n}.weight") for n in att_projections(info.version)}
+        self.W = projections(w, "att", att_projections(info.version))
         self.ln_x = (w.vector("att.ln_x.weight"), w.vector("att.ln_x.bias"))
 
     def __call__(self, z, prev, plan, states, ctx):
@@ -110,7 +115,7 @@ class TimeMix6:
         self.decay = w.vector("att.time_decay")
         self.decay_w1, self.decay_w2 = w.matrix("att.time_decay_w1"), w.matrix("att.time_decay_w2")
         self.bonus = w.matrix("att.time_faaaa").reshape(self.H, self.N)
-        self.W = {n: w.projection(f"att.{n}.weight") for n in att_projections(info.version)}
+        self.W = projections(w, "att", att_projections(info.version))
         self.ln_x = (w.vector("att.ln_x.weight"), w.vector("att.ln_x.bias"))
 
     def __call__(self, z, prev, plan, states, ctx):
@@ -133,7 +138,7 @@ class ChannelMix6:
 
     def __init__(self, w: LayerWeights, info):
         self.maa = np.stack([w.vector("ffn.time_maa_k"), w.vector("ffn.time_maa_r")])[:, None, :]
-        self.W = {n: w.projection(f"ffn.{n}.weight") for n in ffn_projections(info.version)}
+        self.W = projections(w, "ffn", ffn_projections(info.version))
 
     def __call__(self, z, prev):
         xk, xr = z + (prev - z) * self.maa
@@ -152,7 +157,7 @@ class TimeMix7:
         self.v0 = None if self.first else w.vector("att.v0")
         self.k_k, self.k_a = w.vector("att.k_k"), w.vector("att.k_a")
         self.r_k = w.matrix("att.r_k").reshape(self.H, self.N)
-        self.W = {n: w.projection(f"att.{n}.weight") for n in att_projections(info.version)}
+        self.W = projections(w, "att", att_projections(info.version))
         self.ln_x = (w.vector("att.ln_x.weight"), w.vector("att.ln_x.bias"))
 
     def __call__(self, z, prev, plan, states, ctx):
@@ -188,7 +193,7 @@ class ChannelMix7:
 
     def __init__(self, w: LayerWeights, info):
         self.mix = w.vector("ffn.x_k")
-        self.W = {n: w.projection(f"ffn.{n}.weight") for n in ffn_projections(info.version)}
+        self.W = projections(w, "ffn", ffn_projections(info.version))
 
     def __call__(self, z, prev):
         return feed_forward(self.W, z + (prev - z) * self.mix)

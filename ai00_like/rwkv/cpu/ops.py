@@ -10,6 +10,8 @@ import threading
 import numpy as np
 
 from ..formats import as_float
+from ..quant import QuantisedMatrix
+from .int8 import PackedInt8, int8_matmul, int8_rows
 from .skinny import skinny_matmul, widen_rows
 
 LN_EPS = 1e-5
@@ -46,7 +48,15 @@ def silu(x: np.ndarray) -> np.ndarray:
 SKINNY_ROWS = 64
 
 
-def linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+def kernel_form(weight):
+    """A projection in the form `linear` multiplies fastest: Int8 blocks stay packed where
+    the kernels read them (int8.py); other quantised matrices are dequantised to fp32."""
+    if isinstance(weight, QuantisedMatrix):
+        return PackedInt8.of(weight) or np.asarray(weight, dtype=np.float32)
+    return weight
+
+
+def linear(x: np.ndarray, weight: np.ndarray | PackedInt8) -> np.ndarray:
     """x · Wᵀ for W stored [out, in] as in the checkpoints (no transposed copy is made).
 
     W is fp32, or fp16/bf16 kept at 16 bits (`keeps_16bit`). One fp32 row goes through a
@@ -55,13 +65,19 @@ def linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
     weights as it reads them; without numba through W · xᵀ, the weights as the left
     operand, which OpenBLAS runs about twice as fast as x · Wᵀ. A prefill chunk's many rows
     through x · Wᵀ, which is faster there once the transposed copies are counted; 16-bit W
-    is widened a tile of rows at a time into a reused buffer for it (`_tiled_linear`).
+    is widened a tile of rows at a time into a reused buffer for it (`_tiled_linear`), and
+    so is packed Int8 W, which a decoding batch multiplies as bytes (int8.py).
     """
     rows = x.shape[0]
+    if isinstance(weight, PackedInt8):
+        return _tiled_linear(x, weight.shape, lambda first, out: int8_rows(weight, first, out)) \
+            if rows > SKINNY_ROWS else int8_matmul(x, weight)
     if weight.dtype != np.float32 and not keeps_16bit():
         weight = np.asarray(as_float(weight), dtype=np.float32)  # the model widens at load instead
     if weight.dtype != np.float32:
-        return _tiled_linear(x, weight) if rows > SKINNY_ROWS else skinny_matmul(x, weight)
+        if rows <= SKINNY_ROWS:
+            return skinny_matmul(x, weight)
+        return _tiled_linear(x, weight.shape, lambda first, out: widen_rows(weight[first : first + len(out)], out))
     if rows == 1:
         return (weight @ x[0])[None, :]
     if rows <= SKINNY_ROWS:
@@ -76,24 +92,25 @@ def keeps_16bit() -> bool:
     return skinny_matmul is not None
 
 
-# Rows of a 16-bit matrix widened at a time for a prefill product. Each tile is one
+# Rows of a 16-bit or Int8 matrix widened at a time for a prefill product. Each tile is one
 # x · tileᵀ product written straight into its columns of the result; smaller tiles cost
 # more products (x is packed again for each), larger ones a larger buffer (768 inputs: 3 MB).
 TILE_ROWS = 1024
 _tiles = threading.local()
 
 
-def _tiled_linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
-    """x · Wᵀ → [rows, out] for 16-bit W, widening TILE_ROWS rows of W at a time."""
-    n_out, n_in = weight.shape
+def _tiled_linear(x: np.ndarray, shape: tuple[int, int], widen_tile) -> np.ndarray:
+    """x · Wᵀ → [rows, out] for W of `shape` stored narrower than fp32, TILE_ROWS rows of W
+    at a time: `widen_tile(first, out)` writes rows [first, first + len(out)) into `out`."""
+    n_out, n_in = shape
     buffer = getattr(_tiles, "buffer", None)
     if buffer is None or buffer.size < TILE_ROWS * n_in:
         buffer = _tiles.buffer = np.empty(TILE_ROWS * n_in, dtype=np.float32)
     out = np.empty((x.shape[0], n_out), dtype=np.float32)
     for start in range(0, n_out, TILE_ROWS):
-        rows = weight[start : start + TILE_ROWS]
-        tile = widen_rows(rows, buffer[: rows.size].reshape(rows.shape))
-        np.matmul(x, tile.T, out=out[:, start : start + len(rows)])
+        count = min(TILE_ROWS, n_out - start)
+        tile = widen_tile(start, buffer[: count * n_in].reshape(count, n_in))
+        np.matmul(x, tile.T, out=out[:, start : start + count])
     return out
 
 

@@ -12,7 +12,7 @@ which LLVM turns into vector fused multiply-adds (measured 120–150 GFLOP/s at 
 
 Decoding reads every weight once per step, so its speed is the memory bandwidth divided by
 the weights' bytes: 16-bit weights are widened to fp32 in registers as they are read
-(`widen`: vcvtph2ps for fp16, a shift for bf16) and decode up to twice as fast as fp32 ones.
+(intrinsics.widen: vcvtph2ps for fp16, a shift for bf16) and decode up to twice as fast as fp32 ones.
 numba has no 16-bit float types, so 16-bit weights enter the kernels as integer arrays of
 their bit patterns, told apart by signedness: uint16 holds IEEE fp16, int16 holds bf16
 (`kernel_view`).
@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..formats import BF16
+from . import intrinsics
 from .jit import LAUNCH, compiler
 
 
@@ -42,44 +43,11 @@ PREFETCH_ROWS = 8  # how far ahead of the rows being multiplied their successors
 
 
 def _build():
-    tools = compiler()
-    if tools is None:
+    tools, ops = compiler(), intrinsics.build()
+    if tools is None or ops is None:
         return None, None
     jit, prange = tools
-    from llvmlite import ir
-    from numba import types
-    from numba.core import cgutils
-    from numba.extending import intrinsic
-
-    @intrinsic
-    def widen(typingctx, w):
-        """One weight as float32, from fp32 (as is), fp16 (uint16 bits) or bf16 (int16 bits)."""
-        if w == types.float32:
-            return types.float32(w), lambda context, builder, sig, args: args[0]
-        if w == types.uint16:
-            def fp16(context, builder, sig, args):
-                return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
-            return types.float32(w), fp16
-        if w == types.int16:
-            def bf16(context, builder, sig, args):  # the top half of a float32
-                wide = builder.shl(builder.zext(args[0], ir.IntType(32)), ir.Constant(ir.IntType(32), 16))
-                return builder.bitcast(wide, ir.FloatType())
-            return types.float32(w), bf16
-        return None
-
-    @intrinsic
-    def prefetch(typingctx, flat, index):
-        """Ask for the cache line holding flat[index] (llvm.prefetch: read, keep in all levels)."""
-        def codegen(context, builder, sig, args):
-            data = context.make_array(sig.args[0])(context, builder, args[0]).data
-            byte_ptr = ir.IntType(8).as_pointer()
-            i32 = ir.IntType(32)
-            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [byte_ptr, i32, i32, i32]),
-                                                "llvm.prefetch.p0i8")
-            address = builder.bitcast(builder.gep(data, [args[1]]), byte_ptr)
-            builder.call(fn, [address, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-            return context.get_dummy_value()
-        return types.void(flat, index), codegen
+    widen, prefetch = ops
 
     @jit
     def skinny(W, x, out):  # pragma: no cover - compiled by numba

@@ -1,0 +1,130 @@
+"""Int8 projections kept packed on the CPU: x · Wᵀ read straight from the quantised blocks.
+
+quant.py's Int8 stores 128 consecutive weights of a row as bytes q with the block's bounds
+(low, high): w = low + step · q with step = (high − low) / 255. A block's share of a dot
+product is then
+
+    Σ w·x = step · Σ q·x + low · Σ x
+
+so the kernel multiplies bytes widened to float32 by x, and adds each block's `low` times
+the block's sum of x, computed once per step for all rows. A weight costs one byte to
+read: decoding reads a quarter of fp32's bytes. Prefill widens tiles of rows into fp32 for
+OpenBLAS (ops.linear), as for 16-bit weights.
+
+Rows whose length is not a multiple of 128 (blocks would straddle rows) stay dequantised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..quant import BLOCK, QuantisedMatrix
+from . import intrinsics
+from .jit import LAUNCH, compiler
+
+INT8_BLOCK = BLOCK["int8"]
+PREFETCH_ROWS = 8  # as skinny.py: rows asked for ahead of the ones being multiplied
+
+
+@dataclass(frozen=True)
+class PackedInt8:
+    """An Int8 matrix as the kernels read it: q [N, K] bytes, low and step [N, K/128] fp32."""
+
+    q: np.ndarray
+    low: np.ndarray
+    step: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.q.shape
+
+    @property
+    def nbytes(self) -> int:
+        return self.q.nbytes + self.low.nbytes + self.step.nbytes
+
+    @classmethod
+    def of(cls, m: QuantisedMatrix) -> PackedInt8 | None:
+        """The kernels' form of `m`, or None where they cannot read it (no numba, NF4, rows
+        that are not whole blocks)."""
+        rows, cols = m.shape
+        if int8_matmul is None or m.kind != "int8" or cols % INT8_BLOCK:
+            return None
+        bounds = m.scales.view(np.float16).astype(np.float32).reshape(-1, 2)[: rows * cols // INT8_BLOCK]
+        low, high = bounds[:, 0].reshape(rows, -1), bounds[:, 1].reshape(rows, -1)
+        return cls(m.packed.view(np.uint8)[: rows * cols].reshape(rows, cols),
+                   np.ascontiguousarray(low), np.ascontiguousarray((high - low) / np.float32(255.0)))
+
+
+def _build():
+    tools, ops = compiler(), intrinsics.build()
+    if tools is None or ops is None:
+        return None, None
+    jit, prange = tools
+    _, prefetch = ops
+
+    @jit
+    def matmul(Q, low, step, x, xsum, out):  # pragma: no cover - compiled by numba
+        N, K = Q.shape
+        M = x.shape[0]
+        flat = Q.reshape(-1)
+        for i in prange(N):
+            if i + PREFETCH_ROWS < N:
+                for p in range((i + PREFETCH_ROWS) * K, (i + PREFETCH_ROWS + 1) * K, 64):
+                    prefetch(flat, p)
+            j = 0
+            while j + 4 <= M:  # four rows of x per widened weight (measured: 4×4 tiles and 8 rows were slower)
+                s0 = s1 = s2 = s3 = np.float32(0.0)
+                for b in range(K // 128):
+                    a0 = a1 = a2 = a3 = np.float32(0.0)
+                    for k in range(b * 128, b * 128 + 128):
+                        q = np.float32(Q[i, k])
+                        a0 += q * x[j, k]
+                        a1 += q * x[j + 1, k]
+                        a2 += q * x[j + 2, k]
+                        a3 += q * x[j + 3, k]
+                    st, lo = step[i, b], low[i, b]
+                    s0 += st * a0 + lo * xsum[j, b]
+                    s1 += st * a1 + lo * xsum[j + 1, b]
+                    s2 += st * a2 + lo * xsum[j + 2, b]
+                    s3 += st * a3 + lo * xsum[j + 3, b]
+                out[j, i], out[j + 1, i], out[j + 2, i], out[j + 3, i] = s0, s1, s2, s3
+                j += 4
+            while j < M:
+                s = np.float32(0.0)
+                for b in range(K // 128):
+                    a = np.float32(0.0)
+                    for k in range(b * 128, b * 128 + 128):
+                        a += np.float32(Q[i, k]) * x[j, k]
+                    s += step[i, b] * a + low[i, b] * xsum[j, b]
+                out[j, i] = s
+                j += 1
+
+    @jit
+    def dequantise(Q, low, step, out):  # pragma: no cover - compiled by numba
+        N, K = Q.shape
+        for i in prange(N):
+            for k in range(K):
+                out[i, k] = low[i, k // 128] + step[i, k // 128] * np.float32(Q[i, k])
+
+    def int8_matmul(x: np.ndarray, w: PackedInt8) -> np.ndarray:
+        """x [M, K] · Wᵀ → [M, N] for a few rows of x (a decoding batch)."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        xsum = x.reshape(x.shape[0], -1, INT8_BLOCK).sum(axis=2)
+        out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
+        with LAUNCH:
+            matmul(w.q, w.low, w.step, x, xsum, out)
+        return out
+
+    def int8_rows(w: PackedInt8, first: int, out: np.ndarray) -> np.ndarray:
+        """Rows [first, first + len(out)) of W as float32, into `out`."""
+        last = first + out.shape[0]
+        with LAUNCH:
+            dequantise(w.q[first:last], w.low[first:last], w.step[first:last], out)
+        return out
+
+    return int8_matmul, int8_rows
+
+
+int8_matmul, int8_rows = _build()
