@@ -22,7 +22,7 @@ import numpy as np
 
 from ..quant import BLOCK, QuantisedMatrix
 from . import intrinsics
-from .jit import LAUNCH, compiler
+from .jit import LAUNCH
 
 INT8_BLOCK = BLOCK["int8"]
 PREFETCH_ROWS = 8  # as skinny.py: rows asked for ahead of the ones being multiplied
@@ -58,21 +58,17 @@ class PackedInt8:
 
 
 def _build():
-    tools, ops = compiler(), intrinsics.build()
-    if tools is None or ops is None:
+    tools = intrinsics.build()
+    if tools is None:
         return None, None
-    jit, prange = tools
-    _, prefetch = ops
+    jit, prange, _, prefetch_rows = tools
 
     @jit
     def matmul(Q, low, step, x, xsum, out):  # pragma: no cover - compiled by numba
         N, K = Q.shape
         M = x.shape[0]
-        flat = Q.reshape(-1)
         for i in prange(N):
-            if i + PREFETCH_ROWS < N:
-                for p in range((i + PREFETCH_ROWS) * K, (i + PREFETCH_ROWS + 1) * K, 64):
-                    prefetch(flat, p)
+            prefetch_rows(Q, i + PREFETCH_ROWS, 1)
             j = 0
             while j + 4 <= M:  # four rows of x per widened weight (measured: 4×4 tiles and 8 rows were slower)
                 s0 = s1 = s2 = s3 = np.float32(0.0)
