@@ -9,6 +9,9 @@ import json
 import pytest
 from api_helpers import SCHEMAS, ServerThread, config_for, write_model, write_state
 
+from ai00_like.rwkv import memory
+from ai00_like.rwkv.loader import read_checkpoint
+
 HI = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
 
 
@@ -253,3 +256,15 @@ def test_a_load_survives_its_client_disconnecting(fresh_server):
     # The HTTP tier knows the model the middleware now holds.
     assert [m["id"] for m in fresh_server.get("/v1/models").json()["data"]] == ["other"]
     assert fresh_server.post("/v1/chat/completions", {**HI, "model": "other"}).status == 200
+
+
+def test_a_model_larger_than_the_free_memory_is_refused_with_the_sizes(fresh_server, monkeypatch):
+    need = memory.resident_bytes(read_checkpoint(fresh_server.config.model_spec().path).tensors, "fp32")
+    monkeypatch.setattr(memory, "available_bytes", lambda: need // 2)  # a machine with too little left
+    r = fresh_server.post("/admin/models/load", {"model_path": "tiny.st", "precision": "fp32"})
+    error = r.json()["error"]
+    assert r.status == 400 and error["code"] == "load_failed"
+    assert "tiny.st" in error["message"] and "GiB of memory" in error["message"] and "GiB free" in error["message"]
+    assert fresh_server.post("/v1/chat/completions", HI).status == 200  # the old model still serves
+    monkeypatch.setattr(memory, "available_bytes", lambda: 64 * 2**30)
+    assert fresh_server.post("/admin/models/load", {"model_path": "tiny.st", "precision": "fp32"}).status == 200

@@ -36,11 +36,7 @@ class CpuModel:
         weights as they read them (ops.linear). `progress(done, total)` is called as the
         layers are prepared."""
         self.info = info
-        precision = file_precision(tensors) if precision == "auto" else precision
-        if precision != "fp32" and not keeps_16bit():
-            log.info("the numpy backend keeps %s weights as fp32: its 16-bit kernels need numba", precision)
-            precision = "fp32"
-        self.precision = precision
+        self.precision = precision = kept_precision(tensors, precision)
         self.tensors = tensors  # as loaded (LoRAs merged), for saving; the layers below share them
         vec = lambda name: as_float32(tensors[name]).reshape(-1)
         # ln0 is applied to the gathered rows each step rather than folded into a copy of
@@ -143,3 +139,12 @@ class CpuModel:
         for start in range(0, self.head.shape[0], HEAD_BLOCK):
             np.matmul(self.head[start : start + HEAD_BLOCK], xt, out=out[start : start + HEAD_BLOCK])
         return np.ascontiguousarray(out.T)
+
+
+def kept_precision(tensors: Mapping[str, np.ndarray], precision: str) -> str:
+    """What the numpy backend keeps the matrices in for a requested `precision`."""
+    precision = file_precision(tensors) if precision == "auto" else precision
+    if precision != "fp32" and not keeps_16bit():
+        log.info("the numpy backend keeps %s weights as fp32: its 16-bit kernels need numba", precision)
+        precision = "fp32"
+    return precision

@@ -59,14 +59,14 @@ def kernel_form(weight):
 def linear(x: np.ndarray, weight: np.ndarray | PackedInt8) -> np.ndarray:
     """x · Wᵀ for W stored [out, in] as in the checkpoints (no transposed copy is made).
 
-    W is fp32, or fp16/bf16 kept at 16 bits (`keeps_16bit`). One fp32 row goes through a
-    matrix–vector product, which streams W at memory speed. A few rows (a decoding batch),
-    and one row of 16-bit W, through the unpacked kernel of skinny.py, which widens 16-bit
-    weights as it reads them; without numba through W · xᵀ, the weights as the left
-    operand, which OpenBLAS runs about twice as fast as x · Wᵀ. A prefill chunk's many rows
-    through x · Wᵀ, which is faster there once the transposed copies are counted; 16-bit W
-    is widened a tile of rows at a time into a reused buffer for it (`_tiled_linear`), and
-    so is packed Int8 W, which a decoding batch multiplies as bytes (int8.py).
+    W is fp32, or fp16/bf16 kept at 16 bits (`keeps_16bit`), or packed Int8. One fp32 row
+    goes through a matrix–vector product, which streams W at memory speed, when BLAS has
+    the cores (threads_for). A few rows (a decoding batch), and one row of any other W,
+    through the unpacked kernel of skinny.py, which widens 16-bit weights as it reads them
+    (int8.py's for Int8); without numba through W · xᵀ, the weights as the left operand,
+    which OpenBLAS runs about twice as fast as x · Wᵀ. A prefill chunk's many rows through
+    x · Wᵀ, which is faster there once the transposed copies are counted; 16-bit and Int8
+    W are widened a tile of rows at a time into a reused buffer for it (`_tiled_linear`).
     """
     rows = x.shape[0]
     if isinstance(weight, PackedInt8):
@@ -78,9 +78,9 @@ def linear(x: np.ndarray, weight: np.ndarray | PackedInt8) -> np.ndarray:
         if rows <= SKINNY_ROWS:
             return skinny_matmul(x, weight)
         return _tiled_linear(x, weight.shape, lambda first, out: widen_rows(weight[first : first + len(out)], out))
-    if rows == 1:
+    if rows == 1 and not getattr(_cores, "numba", False):
         return (weight @ x[0])[None, :]
-    if rows <= SKINNY_ROWS:
+    if rows <= SKINNY_ROWS:  # one row too where numba has the cores (a 16-bit model's fp32 NF4 layers)
         if skinny_matmul is not None and weight.flags.c_contiguous:
             return skinny_matmul(x, weight)
         return np.ascontiguousarray((weight @ x.T).T)
@@ -115,6 +115,7 @@ def _tiled_linear(x: np.ndarray, shape: tuple[int, int], widen_tile) -> np.ndarr
 
 
 _blas = None
+_cores = threading.local()  # .numba: whether threads_for gave the step's cores to numba
 
 
 @contextlib.contextmanager
@@ -140,8 +141,12 @@ def threads_for(rows: int, *, single_row_in_numba: bool = False):
             from threadpoolctl import ThreadpoolController
 
             _blas = ThreadpoolController()
-        with _blas.limit(limits=1, user_api="blas"):
-            yield
+        _cores.numba = True
+        try:
+            with _blas.limit(limits=1, user_api="blas"):
+                yield
+        finally:
+            _cores.numba = False
         return
     numba.set_num_threads(1)
     try:

@@ -1,0 +1,61 @@
+"""Whether a model fits in this machine's free memory, asked before it is loaded.
+
+A model larger than the memory left would be killed by the kernel's OOM killer partway
+through loading, taking the server with it; refusing it first gives the user the sizes
+instead. The estimate is of what the numpy backend keeps resident: the projections and
+the head in the precision they are kept in (Int8 at its packed size, NF4 dequantised to
+fp32, as cpu/ops.kernel_form keeps them), every other tensor as fp32; the embedding is
+left out, since only the rows a step reads are mapped (weights.embedding_rows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from .quant import QuantisedMatrix
+from .weights import PROJECTION
+
+BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+HEADROOM = 256 * 2**20  # the runtime, states and activations of a small batch
+
+
+def resident_bytes(tensors: Mapping[str, np.ndarray], precision: str) -> int:
+    """What the numpy backend keeps of `tensors` with its matrices in `precision`."""
+    total = 0
+    for name, tensor in tensors.items():
+        if name == "emb.weight":
+            continue
+        if isinstance(tensor, QuantisedMatrix):
+            total += tensor.nbytes if tensor.kind == "int8" else 4 * tensor.size
+        elif name == "head.weight" or PROJECTION.match(name):
+            total += BYTES[precision] * int(np.prod(tensor.shape))
+        else:
+            total += 4 * int(np.prod(tensor.shape))
+    return total
+
+
+def available_bytes() -> int | None:
+    """The memory the kernel says can be had without swapping (MemAvailable), or None where
+    there is no /proc/meminfo."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_fits(tensors: Mapping[str, np.ndarray], precision: str, path) -> None:
+    """Raises MemoryError naming both sizes when the model would not fit."""
+    free = available_bytes()
+    if free is None:
+        return
+    needed = resident_bytes(tensors, precision) + HEADROOM
+    if needed > free:
+        raise MemoryError(f"{path}: the model needs about {needed / 2**30:.2f} GiB of memory with its weights kept as "
+                          f"{precision}, and this machine has {free / 2**30:.2f} GiB free; choose a smaller precision "
+                          "or quantisation (precision, quant, quant_type) or free some memory")
