@@ -10,7 +10,9 @@ from engine_helpers import NEEDS_GPU
 
 from ai00_like.rwkv import load_model, quant
 from ai00_like.rwkv.formats.safetensors import write_safetensors
+from ai00_like.rwkv.cpu.int8 import PackedInt8
 from ai00_like.rwkv.quant import QuantisedMatrix, quantisation_of
+from ai00_like.rwkv.synthetic import make_checkpoint
 
 DEVICES = ["cpu", pytest.param("gpu", marks=NEEDS_GPU)]
 PROMPT = [5, 300, 7000, 42, 42, 9]
@@ -77,3 +79,21 @@ def test_convert_writes_a_quantised_model(tmp_path):
     want = load_model(path, "cpu", quant=1, quant_type="int8").forward(PROMPT)[0]
     np.testing.assert_array_equal(saved.forward(PROMPT)[0], want)
     assert main(["convert", str(path), str(tmp_path / "w.st"), "--quant", "1", "--layout", "web-rwkv"]) == 2
+
+
+@NEEDS_GPU
+@pytest.mark.parametrize("kind", ["int8", "nf4"])
+def test_quantised_logits_agree_between_the_backends(tmp_path, kind):
+    # The same packed blocks, read by the CPU's byte kernel (Int8) or as dequantised fp32
+    # (NF4) and by the GPU's kernels; 128 channels so that Int8 rows are whole blocks.
+    tensors = make_checkpoint("7", n_layer=2, n_embd=128, head_size=64, vocab=1000, seed=9)
+    write_safetensors(quant.quantise_tensors(tensors, 2, kind), tmp_path / "q.st", dtype="fp32")
+    cpu, gpu = load_model(tmp_path / "q.st", "cpu"), load_model(tmp_path / "q.st", "gpu")
+    if kind == "int8":
+        assert isinstance(cpu.blocks[1].time_mix.W["key"], PackedInt8)
+    prompt = np.random.default_rng(1).integers(1, 1000, 40).tolist()
+    want, state = cpu.forward(prompt)
+    got, gpu_state = gpu.forward(prompt)
+    assert np.abs(got - want).max() < 1e-4 * want.std()
+    want, got = cpu.forward([7], state)[0], gpu.forward([7], gpu_state)[0]  # a decode step: the byte kernel
+    assert np.abs(got - want).max() < 1e-4 * want.std()
