@@ -341,3 +341,14 @@ def test_a_bad_log_level_is_a_one_line_error_with_status_2():
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and "--log-level" in lines[0] and repr(args[-1]) in lines[0], lines
         assert lines[0].startswith("ai00-like: error: ") and "warning" in lines[0]
+
+
+def test_the_server_runs_on_uvloop_where_it_is_installed():
+    pytest.importorskip("uvloop")
+    from ai00_like.api.app import event_loop_factory
+
+    loop = event_loop_factory()()
+    try:
+        assert type(loop).__module__.startswith("uvloop")
+    finally:
+        loop.close()
