@@ -166,15 +166,16 @@ class Server:
 async def _stream(session: aiohttp.ClientSession, url: str, prompt: str, max_tokens: int) -> int:
     body = {"prompt": prompt, "max_tokens": max_tokens, "seed": SEED, "stream": True,
             "stream_options": {"include_usage": True}}
-    tokens = 0
+    tail = b""
     async with session.post(url, json=body) as resp:
         resp.raise_for_status()
-        async for line in resp.content:
-            # Only the usage chunk is parsed: the clients share the machine with the server,
-            # and their own work should not count against it.
-            if line.startswith(b'data: {') and b'"usage"' in line:
-                tokens = json.loads(line[6:])["usage"]["completion_tokens"]
-    return tokens
+        # The clients share the machine with the server, and their own work should not count
+        # against it: the stream is read as it comes, in whatever pieces arrive, and only its
+        # end (the usage chunk, then [DONE]) is parsed.
+        async for piece in resp.content.iter_any():
+            tail = (tail + piece)[-4096:]
+    usage = tail[tail.rindex(b'data: {"'):].split(b"\n", 1)[0]
+    return json.loads(usage[6:])["usage"]["completion_tokens"]
 
 
 async def _http_rate(url: str, n: int, max_tokens: int) -> float:
