@@ -102,3 +102,28 @@ def test_a_model_loaded_in_a_living_thread_leaves_no_kernel_workers_behind(tmp_p
     assert out.returncode == 0, out.stderr
     before, during = map(int, out.stdout.split())
     assert during == before
+
+
+def test_free_memory_is_the_smaller_of_the_machine_and_the_containers(tmp_path):
+    from ai00_like.rwkv.memory import available_bytes
+
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/meminfo").write_text("MemTotal: 8000000 kB\nMemAvailable:    4000000 kB\n")
+    assert available_bytes(tmp_path) == 4000000 * 1024
+    v2 = tmp_path / "sys/fs/cgroup"
+    v2.mkdir(parents=True)
+    (v2 / "memory.max").write_text("max\n")  # no limit
+    (v2 / "memory.current").write_text("1000\n")
+    assert available_bytes(tmp_path) == 4000000 * 1024
+    (v2 / "memory.max").write_text(f"{2 * 2**30}\n")  # a container of 2 GiB, 1 GiB used
+    (v2 / "memory.current").write_text(f"{2**30}\n")
+    assert available_bytes(tmp_path) == 2**30
+    (v2 / "memory.max").unlink()
+    v1 = v2 / "memory"
+    v1.mkdir()
+    (v1 / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1's "no limit"
+    (v1 / "memory.usage_in_bytes").write_text("5\n")
+    assert available_bytes(tmp_path) == 4000000 * 1024
+    (v1 / "memory.limit_in_bytes").write_text(f"{3 * 2**30}\n")
+    assert available_bytes(tmp_path) == 3 * 2**30 - 5
+    assert available_bytes(tmp_path / "nothing") is None

@@ -2,7 +2,7 @@
 
 A model larger than the memory left would be killed by the kernel's OOM killer partway
 through loading, taking the server with it; refusing it first gives the user the sizes
-instead. The estimate is of what the numpy backend keeps resident: the projections and
+instead. Inside a container the limit is the cgroup's, not the machine's. The estimate is of what the numpy backend keeps resident: the projections and
 the head in the precision they are kept in (Int8 at its packed size, NF4 dequantised to
 fp32, as cpu/ops.kernel_form keeps them), every other tensor as fp32; the embedding is
 left out, since only the rows a step reads are mapped (weights.embedding_rows).
@@ -11,6 +11,7 @@ left out, since only the rows a step reads are mapped (weights.embedding_rows).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 
@@ -36,17 +37,35 @@ def resident_bytes(tensors: Mapping[str, np.ndarray], precision: str) -> int:
     return total
 
 
-def available_bytes() -> int | None:
-    """The memory the kernel says can be had without swapping (MemAvailable), or None where
-    there is no /proc/meminfo."""
+def available_bytes(root: Path = Path("/")) -> int | None:
+    """The memory this process can still have: the kernel's MemAvailable, or less where a
+    cgroup (a container's memory limit, v2 or v1) allows less; None where neither is known."""
+    free = [_meminfo_available(root / "proc/meminfo")]
+    for limit, usage in (("sys/fs/cgroup/memory.max", "sys/fs/cgroup/memory.current"),
+                         ("sys/fs/cgroup/memory/memory.limit_in_bytes", "sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        cap, used = _number(root / limit), _number(root / usage)
+        if cap is not None and used is not None and cap < 2**60:  # "max" or v1's "no limit" are no cap
+            free.append(max(0, cap - used))
+    known = [f for f in free if f is not None]
+    return min(known) if known else None
+
+
+def _meminfo_available(path: Path) -> int | None:
     try:
-        with open("/proc/meminfo") as f:
+        with open(path) as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024
     except OSError:
         return None
     return None
+
+
+def _number(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):  # absent, "max", or empty
+        return None
 
 
 def check_fits(tensors: Mapping[str, np.ndarray], precision: str, path) -> None:
