@@ -1,7 +1,8 @@
 """HTTP-tier benchmark: what the aiohttp front costs on top of the serving core.
 
 * streamed tokens/s seen by 1, 4 and 16 concurrent HTTP clients (SSE from
-  /v1/completions), against the serving core's own rate for the same load, driven
+  /v1/completions, read by bare asyncio protocols that cost as little CPU as a client
+  can), against the serving core's own rate for the same load, driven
   through the Middleware directly as tests/serving_helpers.py does (target ≥ 90% at 16);
 * the latency the HTTP tier adds to a 1-token request (median over repeats).
 
@@ -163,27 +164,52 @@ class Server:
         self.dir.cleanup()
 
 
-async def _stream(session: aiohttp.ClientSession, url: str, prompt: str, max_tokens: int) -> int:
-    body = {"prompt": prompt, "max_tokens": max_tokens, "seed": SEED, "stream": True,
-            "stream_options": {"include_usage": True}}
-    tail = b""
-    async with session.post(url, json=body) as resp:
-        resp.raise_for_status()
-        # The clients share the machine with the server, and their own work should not count
-        # against it: the stream is read as it comes, in whatever pieces arrive, and only its
-        # end (the usage chunk, then [DONE]) is parsed.
-        async for piece in resp.content.iter_any():
-            tail = (tail + piece)[-4096:]
+class _StreamTail(asyncio.Protocol):
+    """Reads one chunked HTTP response as it arrives and keeps only its last bytes.
+
+    The clients share the machine with the server, and their own work should not count
+    against it, so they do the least a client can: no HTTP client library, no SSE parsing;
+    only the end of the stream (the usage chunk, then [DONE]) is read."""
+
+    def __init__(self, done: asyncio.Future):
+        self.done, self.tail, self.head = done, b"", b""
+
+    def data_received(self, data: bytes) -> None:
+        if not self.head:
+            self.head = data[:12]
+            if not data.startswith(b"HTTP/1.1 200"):
+                self.done.set_exception(SystemExit(f"HTTP error: {data[:300]!r}"))
+                return
+        self.tail = (self.tail + data)[-4096:]
+        if self.tail.endswith(b"\r\n0\r\n\r\n") and not self.done.done():  # the last chunk
+            self.done.set_result(self.tail)
+
+    def connection_lost(self, exc) -> None:
+        if not self.done.done():
+            self.done.set_exception(exc or ConnectionError("the server closed the stream"))
+
+
+async def _stream(port: int, prompt: str, max_tokens: int) -> int:
+    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "seed": SEED, "stream": True,
+                       "stream_options": {"include_usage": True}}).encode()
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    transport, _ = await loop.create_connection(lambda: _StreamTail(done), "127.0.0.1", port)
+    try:
+        transport.write(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        tail = await asyncio.wait_for(done, 600)
+    finally:
+        transport.close()
     usage = tail[tail.rindex(b'data: {"'):].split(b"\n", 1)[0]
     return json.loads(usage[6:])["usage"]["completion_tokens"]
 
 
-async def _http_rate(url: str, n: int, max_tokens: int) -> float:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
-        await _stream(session, url, "warm up", 2)
-        t = time.perf_counter()
-        counts = await asyncio.gather(*(_stream(session, url, p, max_tokens) for p in prompts(n)))
-        return sum(counts) / (time.perf_counter() - t)
+async def _http_rate(port: int, n: int, max_tokens: int) -> float:
+    await _stream(port, "warm up", 2)
+    t = time.perf_counter()
+    counts = await asyncio.gather(*(_stream(port, p, max_tokens) for p in prompts(n)))
+    return sum(counts) / (time.perf_counter() - t)
 
 
 async def _http_latency(url: str, repeats: int) -> float:
@@ -215,7 +241,7 @@ def main() -> None:
         for _ in range(args.rounds):
             for n in concurrency:
                 core_rates[n] = max(core_rates[n], core.rate(n, args.tokens))
-                http_rates[n] = max(http_rates[n], asyncio.run(_http_rate(server.url, n, args.tokens)))
+                http_rates[n] = max(http_rates[n], asyncio.run(_http_rate(server.port, n, args.tokens)))
         core_latency = core.one_token_latency(args.repeats)
         http_latency = asyncio.run(_http_latency(server.url, args.repeats))
     finally:

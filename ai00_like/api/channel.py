@@ -17,7 +17,7 @@ from typing import Any
 
 
 class _LoopInbox:
-    """Thread-safe hand-over of (queue, item) pairs to one event loop, one wake-up per burst."""
+    """Thread-safe hand-over of (channel, item) pairs to one event loop, one wake-up per burst."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
@@ -25,9 +25,9 @@ class _LoopInbox:
         self.lock = threading.Lock()
         self.wake_pending = False
 
-    def deliver(self, queue: asyncio.Queue, item) -> None:
+    def deliver(self, channel: "EventChannel", item) -> None:
         with self.lock:
-            self.items.append((queue, item))
+            self.items.append((channel, item))
             if self.wake_pending:
                 return
             self.wake_pending = True
@@ -40,8 +40,8 @@ class _LoopInbox:
         with self.lock:
             items, self.items = self.items, deque()
             self.wake_pending = False
-        for queue, item in items:
-            queue.put_nowait(item)
+        for channel, item in items:
+            channel.put(item)
 
 
 _inboxes: dict[asyncio.AbstractEventLoop, _LoopInbox] = {}
@@ -57,34 +57,53 @@ def _inbox(loop: asyncio.AbstractEventLoop) -> _LoopInbox:
 
 
 class EventChannel:
+    """One consumer's events, in order. Not an asyncio.Queue: a stream takes one event per
+    token, and a bare future with a plain timer is a good deal cheaper per wait than a
+    queue getter under `asyncio.timeout`."""
+
     def __init__(self) -> None:
-        self._inbox = _inbox(asyncio.get_running_loop())
-        self._queue: asyncio.Queue = asyncio.Queue()
+        self._loop = asyncio.get_running_loop()
+        self._inbox = _inbox(self._loop)
+        self._items: deque = deque()
+        self._waiter: asyncio.Future | None = None
 
     def reply(self, tag: Any = None) -> Callable[[Any], None]:
         """A thread-safe callable that delivers `(tag, event)`; the tag tells several senders apart."""
-        deliver, queue = self._inbox.deliver, self._queue
+        deliver = self._inbox.deliver
 
         def reply(event) -> None:
-            deliver(queue, (tag, event))
+            deliver(self, (tag, event))
 
         return reply
 
+    def put(self, item) -> None:
+        """On the loop's thread: queue `item` and wake the waiting consumer."""
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
     async def get(self, timeout: float | None = None) -> tuple[Any, Any] | None:
         """The next (tag, event), or None when `timeout` seconds pass without one."""
-        try:
-            return self._queue.get_nowait()  # the common case while tokens flow: no timer at all
-        except asyncio.QueueEmpty:
-            pass
-        if timeout is None:
-            return await self._queue.get()
-        try:
-            async with asyncio.timeout(timeout):  # cheaper than wait_for: no extra task
-                return await self._queue.get()
-        except TimeoutError:
-            return None
+        if not self._items:
+            waiter = self._waiter = self._loop.create_future()
+            timer = None if timeout is None else self._loop.call_later(timeout, _wake, waiter)
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+                if timer is not None:
+                    timer.cancel()
+            if not self._items:
+                return None
+        return self._items.popleft()
 
     async def first(self, timeout: float | None = None) -> Any:
         """For one-reply messages (GetInfo, Load, Embed, …): just the event."""
         item = await self.get(timeout)
         return None if item is None else item[1]
+
+
+def _wake(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -162,6 +162,8 @@ class RequestObserver:
         self.ended: set[int] = set()
         self.closed = False
         self.stats = current_request_stats()  # the request log's record of this request, if any
+        # Looked up once: the inter-token histogram is observed for every token.
+        self.itl = metrics.itl.labels(model_name) if metrics is not None else None
 
     def event(self, index: int, event) -> None:
         now = time.monotonic()
@@ -180,11 +182,11 @@ class RequestObserver:
                     m.prefill.labels(label).observe(now - self.started.get(index // self.n, self.arrival))
                 if self.stats is not None and self.stats.ttft is None:
                     self.stats.ttft = now - self.arrival
-            elif m is not None:
+            elif self.itl is not None:
                 # A piece may carry several tokens (a multi-token character); they share the gap.
                 gap = (now - self.last[index]) / len(event.tokens)
                 for _ in event.tokens:
-                    m.itl.labels(label).observe(gap)
+                    self.itl.observe(gap)
             self.last[index] = now
         elif isinstance(event, Finished) and index not in self.ended:
             self.ended.add(index)
