@@ -100,6 +100,11 @@ class LayerWeights:
         """An att/ffn projection, kept in the model's precision (or as its quantised blocks)."""
         return stored(self.tensors[self.prefix + name], self.precision, self.prefix + name)
 
+    def low_rank(self, name: str) -> np.ndarray:
+        """A LoRA factor (stored [in, out]) as [out, in] in the model's precision: the form
+        `linear` reads, so a decode step streams it as it streams the projections."""
+        return stored(np.ascontiguousarray(self.tensors[self.prefix + name].T), self.precision, self.prefix + name)
+
     def vector(self, name: str) -> np.ndarray:
         return self.matrix(name).reshape(-1)
 

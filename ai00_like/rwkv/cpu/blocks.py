@@ -152,7 +152,7 @@ class TimeMix7:
     def __init__(self, w: LayerWeights, info):
         self.H, self.N, self.first = info.n_head, info.head_size, w.layer == 0
         self.mix = np.stack([w.vector(f"att.x_{q}") for q in "rwkvag"])[:, None, :]
-        self.lora = {n: w.matrix(f"att.{n}") for n in v7_loras(w.layer)}  # [in, out]
+        self.lora = {n: w.low_rank(f"att.{n}") for n in v7_loras(w.layer)}  # [out, in], as linear reads
         self.w0, self.a0 = w.vector("att.w0"), w.vector("att.a0")
         self.v0 = None if self.first else w.vector("att.v0")
         self.k_k, self.k_a = w.vector("att.k_k"), w.vector("att.k_a")
@@ -167,16 +167,16 @@ class TimeMix7:
         k = linear(xk, self.W["key"])
         v = linear(xv, self.W["value"])
         lora = self.lora
-        log_decay = -V7_DECAY_SCALE * sigmoid(self.w0 + np.tanh(xw @ lora["w1"]) @ lora["w2"])
-        alpha = sigmoid(self.a0 + (xa @ lora["a1"]) @ lora["a2"])  # in-context learning rate
-        g = sigmoid(xg @ lora["g1"]) @ lora["g2"]
+        log_decay = -V7_DECAY_SCALE * sigmoid(self.w0 + linear(np.tanh(linear(xw, lora["w1"])), lora["w2"]))
+        alpha = sigmoid(self.a0 + linear(linear(xa, lora["a1"]), lora["a2"]))  # in-context learning rate
+        g = linear(sigmoid(linear(xg, lora["g1"])), lora["g2"])
         kappa = (k * self.k_k).reshape(A, H, N)
         kappa = kappa / np.maximum(np.linalg.norm(kappa, axis=-1, keepdims=True), 1e-12)
         k = k * (1.0 + (alpha - 1.0) * self.k_a)  # κ̂ above uses the unmodified k
         if self.first:
             ctx.v_first = v
         else:
-            v = v + (ctx.v_first - v) * sigmoid(self.v0 + (xv @ lora["v1"]) @ lora["v2"])
+            v = v + (ctx.v_first - v) * sigmoid(self.v0 + linear(linear(xv, lora["v1"]), lora["v2"]))
         r3, k3, v3 = r.reshape(A, H, N), k.reshape(A, H, N), v.reshape(A, H, N)
         per_token = (r3, log_decay.reshape(A, H, N), k3, v3, -kappa, kappa * alpha.reshape(A, H, N))
         if wkv7_segments is not None:
