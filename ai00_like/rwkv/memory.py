@@ -3,8 +3,9 @@
 A model larger than the memory left would be killed by the kernel's OOM killer partway
 through loading, taking the server with it; refusing it first gives the user the sizes
 instead. Inside a container the limit is the cgroup's, not the machine's. The estimate is of what the numpy backend keeps resident: the projections and
-the head in the precision they are kept in (Int8 at its packed size, NF4 dequantised to
-fp32, as cpu/ops.kernel_form keeps them), every other tensor as fp32; the embedding is
+the head in the precision they are kept in (Int8 and NF4 at their packed size where their
+rows are whole blocks, else dequantised to fp32, as cpu/ops.kernel_form keeps them), every
+other tensor as fp32; the embedding is
 left out, since only the rows a step reads are mapped (weights.embedding_rows).
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .quant import QuantisedMatrix
+from .quant import BLOCK, QuantisedMatrix
 from .weights import PROJECTION
 
 BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
@@ -29,7 +30,7 @@ def resident_bytes(tensors: Mapping[str, np.ndarray], precision: str) -> int:
         if name == "emb.weight":
             continue
         if isinstance(tensor, QuantisedMatrix):
-            total += tensor.nbytes if tensor.kind == "int8" else 4 * tensor.size
+            total += tensor.nbytes if tensor.shape[1] % BLOCK[tensor.kind] == 0 else 4 * tensor.size
         elif name == "head.weight" or PROJECTION.match(name):
             total += BYTES[precision] * int(np.prod(tensor.shape))
         else:

@@ -7,10 +7,9 @@ each w/absmax as the index of the nearest of 16 NormalFloat levels (ties to the 
 eight per u32, low nibble first.
 
 A quantised matrix travels through the program as a `QuantisedMatrix` in the model's tensor
-dict: the GPU backend uploads its packed words as they are, the numpy backend keeps Int8
-packed for its byte kernel (cpu/int8.py) and multiplies NF4 as the dequantised float32
-matrix that numpy sees, and saving writes the packed words (formats/prefab.py), so a saved
-model loads back without quantising again.
+dict: the GPU backend uploads its packed words as they are, the numpy backend keeps both
+packed for its kernels (cpu/int8.py, cpu/nf4.py), and saving writes the packed words
+(formats/prefab.py), so a saved model loads back without quantising again.
 """
 
 from __future__ import annotations

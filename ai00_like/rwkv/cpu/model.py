@@ -13,6 +13,7 @@ import numpy as np
 
 from ..batch import BatchPlan, StepInput, StepLayout
 from ..info import ModelInfo
+from ..quant import QuantisedMatrix
 from ..state import State, StatePool
 from ..weights import as_float32, embedding_rows, file_precision, stored
 from .blocks import Block, Context
@@ -37,6 +38,9 @@ class CpuModel:
         layers are prepared."""
         self.info = info
         self.precision = precision = kept_precision(tensors, precision)
+        # Whose kernels multiply a single row: BLAS's for fp32 matrices, numba's for 16-bit
+        # or packed ones (which even a model of fp32 has when its layers are quantised).
+        self.single_row_in_numba = precision != "fp32" or any(isinstance(t, QuantisedMatrix) for t in tensors.values())
         self.tensors = tensors  # as loaded (LoRAs merged), for saving; the layers below share them
         vec = lambda name: as_float32(tensors[name]).reshape(-1)
         # ln0 is applied to the gathered rows each step rather than folded into a copy of
@@ -117,8 +121,7 @@ class CpuModel:
         return layout.results(logits)
 
     def _threads(self, rows: int):
-        # 16-bit weights are read by numba's kernels even for a single row.
-        return threads_for(rows, single_row_in_numba=self.precision != "fp32")
+        return threads_for(rows, single_row_in_numba=self.single_row_in_numba)
 
     def _layers(self, ids: np.ndarray, plan: BatchPlan, pool: StatePool) -> np.ndarray:
         """The last layer's output of the step's rows: (A, C) for A = len(ids)."""

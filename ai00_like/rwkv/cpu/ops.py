@@ -12,6 +12,7 @@ import numpy as np
 from ..formats import as_float
 from ..quant import QuantisedMatrix
 from .int8 import PackedInt8, int8_matmul, int8_rows
+from .nf4 import PackedNF4, nf4_matmul, nf4_rows
 from .skinny import skinny_matmul, widen_rows
 
 LN_EPS = 1e-5
@@ -49,38 +50,49 @@ SKINNY_ROWS = 64
 
 
 def kernel_form(weight):
-    """A projection in the form `linear` multiplies fastest: Int8 blocks stay packed where
-    the kernels read them (int8.py); other quantised matrices are dequantised to fp32."""
+    """A projection in the form `linear` multiplies fastest: Int8 and NF4 blocks stay packed
+    where the kernels read them (int8.py, nf4.py), others are dequantised to fp32."""
     if isinstance(weight, QuantisedMatrix):
-        return PackedInt8.of(weight) or np.asarray(weight, dtype=np.float32)
+        return PackedInt8.of(weight) or PackedNF4.of(weight) or np.asarray(weight, dtype=np.float32)
     return weight
 
 
-def linear(x: np.ndarray, weight: np.ndarray | PackedInt8) -> np.ndarray:
+# The packed forms: their direct product, and their rows widened to fp32 for a tile.
+_PACKED = {PackedInt8: (int8_matmul, int8_rows), PackedNF4: (nf4_matmul, nf4_rows)}
+
+
+def linear(x: np.ndarray, weight: np.ndarray | PackedInt8 | PackedNF4) -> np.ndarray:
     """x · Wᵀ for W stored [out, in] as in the checkpoints (no transposed copy is made).
 
-    W is fp32, or fp16/bf16 kept at 16 bits (`keeps_16bit`), or packed Int8. One fp32 row
+    W is fp32, or fp16/bf16 kept at 16 bits (`keeps_16bit`), or packed Int8/NF4. One fp32 row
     goes through a matrix–vector product, which streams W at memory speed, when BLAS has
     the cores (threads_for). A few rows (a decoding batch), and one row of any other W,
     through the unpacked kernel of skinny.py, which widens 16-bit weights as it reads them
-    (int8.py's for Int8); without numba through W · xᵀ, the weights as the left operand,
-    which OpenBLAS runs about twice as fast as x · Wᵀ. A prefill chunk's many rows through
-    x · Wᵀ, which is faster there once the transposed copies are counted; 16-bit and Int8
-    W are widened a tile of rows at a time into a reused buffer for it (`_tiled_linear`).
+    (int8.py's and nf4.py's for packed blocks below PACKED_DIRECT_ROWS rows); without numba
+    through W · xᵀ, the weights as the left operand, which OpenBLAS runs about twice as fast
+    as x · Wᵀ. A prefill chunk's many rows through x · Wᵀ, which is faster there once the
+    transposed copies are counted; 16-bit and packed W are widened a tile of rows at a time
+    into a reused buffer for it (`_tiled_linear`).
     """
     rows = x.shape[0]
-    if isinstance(weight, PackedInt8):
-        return _tiled_linear(x, weight.shape, lambda first, out: int8_rows(weight, first, out)) \
-            if rows > SKINNY_ROWS else int8_matmul(x, weight)
+    if type(weight) in _PACKED:
+        matmul, widen = _PACKED[type(weight)]
+        if rows < PACKED_DIRECT_ROWS:
+            return matmul(x, weight)
+        tiles = lambda first, out: widen(weight, first, out)
+        if rows > SKINNY_ROWS:
+            return _tiled_linear(x, weight.shape, tiles, TILE_ROWS, _blas_product)
+        return _tiled_linear(x, weight.shape, tiles, DECODE_TILE_ROWS, skinny_matmul)
     if weight.dtype != np.float32 and not keeps_16bit():
         weight = np.asarray(as_float(weight), dtype=np.float32)  # the model widens at load instead
     if weight.dtype != np.float32:
         if rows <= SKINNY_ROWS:
             return skinny_matmul(x, weight)
-        return _tiled_linear(x, weight.shape, lambda first, out: widen_rows(weight[first : first + len(out)], out))
+        return _tiled_linear(x, weight.shape, lambda first, out: widen_rows(weight[first : first + len(out)], out),
+                             TILE_ROWS, _blas_product)
     if rows == 1 and not getattr(_cores, "numba", False):
         return (weight @ x[0])[None, :]
-    if rows <= SKINNY_ROWS:  # one row too where numba has the cores (a 16-bit model's fp32 NF4 layers)
+    if rows <= SKINNY_ROWS:  # one row too where numba has the cores (a 16-bit or quantised model's fp32 head)
         if skinny_matmul is not None and weight.flags.c_contiguous:
             return skinny_matmul(x, weight)
         return np.ascontiguousarray((weight @ x.T).T)
@@ -92,25 +104,36 @@ def keeps_16bit() -> bool:
     return skinny_matmul is not None
 
 
-# Rows of a 16-bit or Int8 matrix widened at a time for a prefill product. Each tile is one
+# Rows of a 16-bit or packed matrix widened at a time for a prefill product. Each tile is one
 # x · tileᵀ product written straight into its columns of the result; smaller tiles cost
 # more products (x is packed again for each), larger ones a larger buffer (768 inputs: 3 MB).
 TILE_ROWS = 1024
+# A decoding batch of this many rows or more multiplies packed weights as widened tiles of
+# DECODE_TILE_ROWS rows (they stay in L2) through the skinny kernel: looking each weight up
+# again for every 4 rows of x costs more (measured on a 3072 × 768 matrix at 16 rows: NF4
+# 1,275 → 637 µs, Int8 774 → 525 µs; at 4 rows the direct kernels are faster).
+PACKED_DIRECT_ROWS = 8
+DECODE_TILE_ROWS = 512
 _tiles = threading.local()
 
 
-def _tiled_linear(x: np.ndarray, shape: tuple[int, int], widen_tile) -> np.ndarray:
-    """x · Wᵀ → [rows, out] for W of `shape` stored narrower than fp32, TILE_ROWS rows of W
-    at a time: `widen_tile(first, out)` writes rows [first, first + len(out)) into `out`."""
+def _blas_product(x: np.ndarray, tile: np.ndarray, out: np.ndarray) -> None:
+    np.matmul(x, tile.T, out=out)
+
+
+def _tiled_linear(x: np.ndarray, shape: tuple[int, int], widen_tile, tile_rows: int, product) -> np.ndarray:
+    """x · Wᵀ → [rows, out] for W of `shape` stored narrower than fp32, `tile_rows` rows of W
+    at a time: `widen_tile(first, out)` writes rows [first, first + len(out)) into `out`,
+    `product(x, tile, out)` writes x · tileᵀ into the result's columns `out`."""
     n_out, n_in = shape
     buffer = getattr(_tiles, "buffer", None)
-    if buffer is None or buffer.size < TILE_ROWS * n_in:
-        buffer = _tiles.buffer = np.empty(TILE_ROWS * n_in, dtype=np.float32)
+    if buffer is None or buffer.size < tile_rows * n_in:
+        buffer = _tiles.buffer = np.empty(tile_rows * n_in, dtype=np.float32)
     out = np.empty((x.shape[0], n_out), dtype=np.float32)
-    for start in range(0, n_out, TILE_ROWS):
-        count = min(TILE_ROWS, n_out - start)
+    for start in range(0, n_out, tile_rows):
+        count = min(tile_rows, n_out - start)
         tile = widen_tile(start, buffer[: count * n_in].reshape(count, n_in))
-        np.matmul(x, tile.T, out=out[:, start : start + count])
+        product(x, tile, out[:, start : start + count])
     return out
 
 

@@ -1,0 +1,127 @@
+"""NF4 projections kept packed on the CPU: x · Wᵀ read straight from the 4-bit blocks.
+
+quant.py's NF4 stores 64 consecutive weights of a row as 4-bit indices c into the 16
+NormalFloat levels, eight to a u32, low nibble first, with the block's absmax: w = L[c] ·
+absmax. Read as bytes, byte t of a row holds weights 2t (low nibble) and 2t + 1 (high
+nibble), so with x split into its even and odd columns a block's share of a dot product is
+
+    Σ w·x = absmax · Σ_t (L[lo_t] · x_even[t] + L[hi_t] · x_odd[t])
+
+A weight costs half a byte to read: decoding reads an eighth of fp32's bytes. Prefill
+widens tiles of rows into fp32 for OpenBLAS (ops.linear), as for Int8 and 16-bit weights.
+
+Rows whose length is not a multiple of 64 (blocks would straddle rows) stay dequantised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..quant import BLOCK, NF4_LEVELS, QuantisedMatrix
+from . import intrinsics
+from .jit import LAUNCH
+
+NF4_BLOCK = BLOCK["nf4"]
+BLOCK_BYTES = NF4_BLOCK // 2
+PREFETCH_ROWS = 8  # as skinny.py: rows asked for ahead of the ones being multiplied
+
+
+@dataclass(frozen=True)
+class PackedNF4:
+    """An NF4 matrix as the kernels read it: q [N, K/2] bytes (two weights each), absmax [N, K/64] fp32."""
+
+    q: np.ndarray
+    absmax: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.q.shape[0], self.q.shape[1] * 2
+
+    @property
+    def nbytes(self) -> int:
+        return self.q.nbytes + self.absmax.nbytes
+
+    @classmethod
+    def of(cls, m: QuantisedMatrix) -> PackedNF4 | None:
+        """The kernels' form of `m`, or None where they cannot read it (no numba, Int8,
+        rows that are not whole blocks)."""
+        rows, cols = m.shape
+        if nf4_matmul is None or m.kind != "nf4" or cols % NF4_BLOCK:
+            return None
+        absmax = m.scales.view(np.float16)[: rows * cols // NF4_BLOCK].astype(np.float32).reshape(rows, -1)
+        return cls(m.packed.view(np.uint8)[: rows * cols // 2].reshape(rows, cols // 2), absmax)
+
+
+def _build():
+    tools = intrinsics.build()
+    if tools is None:
+        return None, None
+    jit, prange, _, prefetch_rows = tools
+
+    @jit
+    def matmul(Q, absmax, levels, x_even, x_odd, out):  # pragma: no cover - compiled by numba
+        N, half = Q.shape
+        M = x_even.shape[0]
+        for i in prange(N):
+            prefetch_rows(Q, i + PREFETCH_ROWS, 1)
+            j = 0
+            while j + 4 <= M:  # four rows of x per looked-up weight, as int8.py
+                s0 = s1 = s2 = s3 = np.float32(0.0)
+                for b in range(half // BLOCK_BYTES):
+                    a0 = a1 = a2 = a3 = np.float32(0.0)
+                    for t in range(b * BLOCK_BYTES, b * BLOCK_BYTES + BLOCK_BYTES):
+                        byte = Q[i, t]
+                        lo, hi = levels[byte & 15], levels[byte >> 4]
+                        a0 += lo * x_even[j, t] + hi * x_odd[j, t]
+                        a1 += lo * x_even[j + 1, t] + hi * x_odd[j + 1, t]
+                        a2 += lo * x_even[j + 2, t] + hi * x_odd[j + 2, t]
+                        a3 += lo * x_even[j + 3, t] + hi * x_odd[j + 3, t]
+                    scale = absmax[i, b]
+                    s0 += scale * a0
+                    s1 += scale * a1
+                    s2 += scale * a2
+                    s3 += scale * a3
+                out[j, i], out[j + 1, i], out[j + 2, i], out[j + 3, i] = s0, s1, s2, s3
+                j += 4
+            while j < M:
+                s = np.float32(0.0)
+                for b in range(half // BLOCK_BYTES):
+                    a = np.float32(0.0)
+                    for t in range(b * BLOCK_BYTES, b * BLOCK_BYTES + BLOCK_BYTES):
+                        byte = Q[i, t]
+                        a += levels[byte & 15] * x_even[j, t] + levels[byte >> 4] * x_odd[j, t]
+                    s += absmax[i, b] * a
+                out[j, i] = s
+                j += 1
+
+    @jit
+    def dequantise(Q, absmax, levels, out):  # pragma: no cover - compiled by numba
+        N, half = Q.shape
+        for i in prange(N):
+            for t in range(half):
+                byte, scale = Q[i, t], absmax[i, t // BLOCK_BYTES]
+                out[i, 2 * t] = levels[byte & 15] * scale
+                out[i, 2 * t + 1] = levels[byte >> 4] * scale
+
+    def nf4_matmul(x: np.ndarray, w: PackedNF4) -> np.ndarray:
+        """x [M, K] · Wᵀ → [M, N] for a few rows of x (a decoding batch)."""
+        x = np.asarray(x, dtype=np.float32)
+        x_even, x_odd = np.ascontiguousarray(x[:, 0::2]), np.ascontiguousarray(x[:, 1::2])
+        out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
+        with LAUNCH:
+            matmul(w.q, w.absmax, NF4_LEVELS, x_even, x_odd, out)
+        return out
+
+    def nf4_rows(w: PackedNF4, first: int, out: np.ndarray) -> np.ndarray:
+        """Rows [first, first + len(out)) of W as float32, into `out`."""
+        last = first + out.shape[0]
+        with LAUNCH:
+            dequantise(w.q[first:last], w.absmax[first:last], NF4_LEVELS, out)
+        return out
+
+    return nf4_matmul, nf4_rows
+
+
+nf4_matmul, nf4_rows = _build()

@@ -1,0 +1,46 @@
+"""Int8 and NF4 projections kept packed on the CPU (rwkv/cpu/int8.py, nf4.py): the products
+equal those of the dequantised weights, for a decoding batch (the direct kernels below
+PACKED_DIRECT_ROWS rows, widened tiles through the skinny kernel from there) and a prefill
+chunk (tiles widened for BLAS)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ai00_like.rwkv.cpu import ops
+from ai00_like.rwkv.cpu.int8 import PackedInt8, int8_matmul
+from ai00_like.rwkv.cpu.nf4 import PackedNF4
+from ai00_like.rwkv.quant import QuantisedMatrix
+
+pytestmark = pytest.mark.skipif(int8_matmul is None, reason="needs numba")
+
+# Bytes a packed weight costs, scales included, against fp32's 4: 1 + 4/128·2 and 1/2 + 4/64.
+PACKED = {"int8": (PackedInt8, 0.3), "nf4": (PackedNF4, 0.16)}
+
+
+@pytest.mark.parametrize("kind", ["int8", "nf4"])
+@pytest.mark.parametrize("rows", [1, 3, 4, 7, 8, 16, 65, 300])
+@pytest.mark.parametrize("shape", [(256, 128), (1000, 384), (128, 1024)])
+def test_packed_products_equal_the_dequantised_ones(kind, shape, rows, monkeypatch):
+    monkeypatch.setattr(ops, "TILE_ROWS", 96)  # several tiles, the last one short
+    monkeypatch.setattr(ops, "DECODE_TILE_ROWS", 80)
+    rng = np.random.default_rng(rows)
+    matrix = QuantisedMatrix.of(kind, rng.standard_normal(shape, dtype=np.float32))
+    packed = ops.kernel_form(matrix)
+    form, share = PACKED[kind]
+    assert isinstance(packed, form) and packed.shape == shape and packed.nbytes < share * matrix.size * 4
+    x = rng.standard_normal((rows, shape[1]), dtype=np.float32)
+    want = x.astype(np.float64) @ np.asarray(matrix, dtype=np.float64).T
+    got = ops.linear(x, packed)
+    assert got.shape == want.shape and got.dtype == np.float32
+    assert np.abs(got - want).max() < 1e-4 * np.abs(want).max()
+
+
+def test_what_the_kernels_cannot_read_is_dequantised():
+    rng = np.random.default_rng(0)
+    for kind, shape in [("int8", (64, 96)), ("nf4", (64, 96))]:  # rows that are not whole blocks
+        matrix = QuantisedMatrix.of(kind, rng.standard_normal(shape, dtype=np.float32))
+        form = ops.kernel_form(matrix)
+        assert isinstance(form, np.ndarray) and form.dtype == np.float32
+        np.testing.assert_array_equal(form, np.asarray(matrix))
