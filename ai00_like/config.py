@@ -21,7 +21,7 @@ from typing import Annotated
 
 import msgspec
 
-from .messages import LoraSpec, ModelSpec, StateSpec
+from .messages import Effort, LoraSpec, ModelSpec, StateSpec, Thinking
 from .rwkv import check_device
 from .rwkv.quant import quant_options
 
@@ -53,6 +53,8 @@ class ModelSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     cache_bytes: NonNegative = 1 << 30
     checkpoint_interval: Positive = 256
     max_tokens_limit: Positive = 65536
+    thinking: Thinking = "none"  # none, think (an RWKV7-G1 reasoning model) or effort (G1 from 20250922)
+    reasoning_effort: Effort = "medium"  # a thinking model's default: none, minimal, low, medium, high, xhigh
 
 
 class StateSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -86,6 +88,12 @@ class ListenSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     shutdown_grace: Annotated[float, msgspec.Meta(ge=0)] = 10.0
 
 
+class ResponsesSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    store: bool = True  # keep responses for previous_response_id, GET /responses/{id}
+    path: str = "responses"  # their folder: SQLite records and state files
+    max_state_bytes: NonNegative = 1 << 30  # the states' cap; beyond it the least recently used are dropped
+
+
 class WebSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     path: str = "assets/www"  # a folder, or a .zip unpacked at start (Ai00 ships index.zip)
 
@@ -97,6 +105,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     tokenizer: TokenizerSection = msgspec.field(default_factory=TokenizerSection)
     listen: ListenSection = msgspec.field(default_factory=ListenSection)
     web: WebSection | None = None  # absent: no web page (as in Ai00)
+    responses: ResponsesSection = msgspec.field(default_factory=ResponsesSection)
     # Where relative paths are resolved; not a key of the file.
     base_dir: str = "."
     source: str = "<defaults>"
@@ -145,6 +154,8 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             name=self.model.served_name,
             models_dir=str(self.model_dir),
             max_prompt_tokens=self.listen.max_prompt_tokens,
+            thinking=self.model.thinking,
+            reasoning_effort=self.model.reasoning_effort,
         )
 
 

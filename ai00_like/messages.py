@@ -59,6 +59,10 @@ class StateSpec(msgspec.Struct, frozen=True):
     default: bool = False
 
 
+Thinking = Literal["none", "think", "effort"]
+Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
+
+
 class ModelSpec(msgspec.Struct, frozen=True):
     """Everything a model load needs (the `[model]`, `[[lora]]`, `[[state]]`, `[tokenizer]` config)."""
 
@@ -77,6 +81,8 @@ class ModelSpec(msgspec.Struct, frozen=True):
     name: str = ""  # the model id clients see; default: the file's stem
     models_dir: str = ""  # where per-request `.state` files may come from; default: the model's folder
     max_prompt_tokens: int = 0  # longer prompts are refused (kind "too_long"); 0: no limit
+    thinking: Thinking = "none"  # a reasoning model: "think" (G1), "effort" (G1 taking effort suffixes)
+    reasoning_effort: Effort = "medium"  # its default effort ("none": thinking off unless asked)
 
 
 class Load(msgspec.Struct, frozen=True):
@@ -116,6 +122,8 @@ class Generate(msgspec.Struct, frozen=True):
     # folder, or a State given inline; None: the default state.
     state: str | State | None = None
     stop_on_eos: bool = True
+    prefix: tuple[int, ...] = ()  # token ids read before the prompt's text (a stored conversation)
+    keep_state: bool = False  # Finished carries the state and the tokens it holds (choice 0)
 
 
 class Embed(msgspec.Struct, frozen=True):
@@ -255,6 +263,11 @@ class Finished(msgspec.Struct, frozen=True):
     reason: Literal["stop", "length", "cancelled"]
     prompt_tokens: int
     completion_tokens: int
+    # With Generate.keep_state: the state after `fed` (prompt and generated tokens the model
+    # read), and the last generated token, which it did not read (none after end-of-text).
+    state: State | None = None
+    fed: tuple[int, ...] = ()
+    unfed: tuple[int, ...] = ()
 
 
 # ------------------------------------------------------------------ middleware → backend
@@ -272,6 +285,7 @@ class GenerateJob(msgspec.Struct, frozen=True):
     stop_on_eos: bool = True
     partition: str = ""  # which initial state: prefix-cache entries are never shared across them
     initial_state: State | None = None  # None: the model's own
+    keep_state: bool = False
 
 
 class EmbedJob(msgspec.Struct, frozen=True):

@@ -206,7 +206,9 @@ class Middleware:
             return
         current, partition, initial = resolved
         try:
-            tokens = current.encode(request.prompt)
+            tokens = request.prefix + current.encode(request.prompt)
+            if any(not 0 <= t < current.model.info.vocab for t in request.prefix):
+                raise ValueError("prefix token ids must be in this model's vocabulary")
             model_tokens = current.tokenizer.encode(request.model_text) if request.model_text else []
             first = RequestSampler(request.options, current.model.info.vocab, model_tokens)
         except ValueError as exc:  # SamplerError among them
@@ -216,5 +218,5 @@ class Middleware:
         current.backend.submit(GenerateJob(
             tokens=tuple(tokens), samplers=samplers, reply=request.reply, cancel=request.cancel,
             max_tokens=request.max_tokens, stop=request.stop, stop_on_eos=request.stop_on_eos,
-            partition=partition, initial_state=initial,
+            partition=partition, initial_state=initial, keep_state=request.keep_state,
         ))

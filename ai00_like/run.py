@@ -157,9 +157,13 @@ class Backend:
     def _finish(self, seq: Sequence, reason: str, keep: bool = True) -> None:
         if keep:
             self.scheduler.keep(seq)
+        kept = {}
+        if seq.job.keep_state and seq.index == 0 and seq.slot is not None and not seq.pending:
+            unfed = () if seq.last_token in (None, 0) else (seq.last_token,)
+            kept = dict(state=self.model.read_state(seq.slot), fed=tuple(seq.fed), unfed=unfed)
         self.scheduler.release(seq)
         self.finished += 1
-        seq.send(Finished(seq.index, reason, len(seq.prompt), seq.generated))
+        seq.send(Finished(seq.index, reason, len(seq.prompt), seq.generated, **kept))
 
     def _fail_all(self, error: str) -> None:
         for seq in self.scheduler.drain():

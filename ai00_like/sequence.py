@@ -25,6 +25,7 @@ class Sequence:
         self.logits: np.ndarray | None = None  # after `fed`, when `pending` is empty
         self.slot: int | None = None
         self.generated = 0
+        self.last_token: int | None = None  # the latest sampled token: the model reads it next
         self.text = TextStream(job.stop)
         self.reservation: CacheEntry | None = None  # the prompt entry this sequence computes
         self.hit: CacheEntry | None = None  # set when admitted straight from a filled reservation
@@ -48,12 +49,16 @@ class Sequence:
         """Take one sampled token: send the text it completes and return why the sequence
         ends ("stop", "length"), or None when `token` is to be fed next."""
         self.generated += 1
+        self.last_token = token
         if token == 0 and self.job.stop_on_eos:
             self._emit(self.text.finish(), ())
             return "stop"
         piece = self.text.push(token_bytes)
         self._emit(piece.text, (token,), logprob, top)
         if piece.stopped:
+            return "stop"
+        if self.sampler.grammar_complete:  # only end-of-text may follow: end now, not a token later
+            self._emit(self.text.finish(), ())
             return "stop"
         if self.generated >= self.job.max_tokens:
             self._emit(self.text.finish(), ())

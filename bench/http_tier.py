@@ -139,11 +139,11 @@ def free_port() -> int:
 class Server:
     """`ai00-like --config …` in a subprocess, with the model loaded."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, extra_model: str = ""):
         self.dir = tempfile.TemporaryDirectory()
         config = Path(self.dir.name) / "config.toml"
         config.write_text(f'[model]\npath = "{path.parent}"\nname = "{path.name}"\nmax_batch = {MAX_BATCH}\n'
-                          f'token_chunk_size = {CHUNK}\n[listen]\nport = {free_port()}\n')
+                          f'token_chunk_size = {CHUNK}\n{extra_model}[listen]\nport = {free_port()}\n')
         self.port = int(config.read_text().split("port = ")[1].split()[0])
         self.proc = subprocess.Popen([sys.executable, "-m", "ai00_like", "--config", str(config)],
                                      stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import tempfile
 import threading
 from pathlib import Path
 from typing import Self
@@ -15,6 +16,7 @@ import yaml
 
 from ai00_like.api.app import RunningServer, start_server
 from ai00_like.config import Config, parse_config
+from ai00_like.messages import Generate
 from ai00_like.middleware import Middleware
 from ai00_like.rwkv.formats.safetensors import write_safetensors
 from ai00_like.rwkv.synthetic import make_checkpoint, make_state
@@ -52,6 +54,9 @@ max_body_bytes = {max_body_bytes}
 ping_interval = {ping_interval}
 {listen_extra}
 """
+    if "[responses]" not in extra:  # stored responses never land in a shared models folder
+        text += f'[responses]\npath = "{tempfile.mkdtemp(prefix="responses-")}"\n'
+
     return parse_config(text, source="test-config.toml", base_dir=directory)
 
 
@@ -125,6 +130,36 @@ class ServerThread:
 
     def get(self, path: str, **kw) -> RawResponse:
         return self.request("GET", path, **kw)
+
+
+class InterceptedGenerates:
+    """Records every Generate the HTTP tier sends; with `hold`, keeps them until `release()`."""
+
+    def __init__(self, serving, hold: bool = False):
+        self.middleware, self.hold = serving.middleware, hold
+        self.sent: list = []
+        self.arrived = threading.Event()
+        self._send = self.middleware.send
+
+    def __enter__(self):
+        def send(message):
+            if isinstance(message, Generate):
+                self.sent.append(message)
+                self.arrived.set()
+                if self.hold:
+                    return
+            self._send(message)
+
+        self.middleware.send = send
+        return self
+
+    def release(self):
+        self.middleware.send = self._send
+        for message in self.sent:
+            self._send(message)
+
+    def __exit__(self, *exc):
+        self.middleware.send = self._send
 
 
 class RawResponse:

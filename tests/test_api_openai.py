@@ -11,15 +11,13 @@ import base64
 import http.client
 import json
 import socket
-import threading
 
 import numpy as np
 import openai
 import pytest
 
-from ai00_like.messages import Generate
 from ai00_like.rwkv.tokenizer import default_tokenizer_path, load_tokenizer
-from api_helpers import SCHEMAS, ServerThread, config_for, payloads, write_model, write_state
+from api_helpers import SCHEMAS, InterceptedGenerates, ServerThread, config_for, payloads, write_model, write_state
 
 GREEDY = {"temperature": 0}
 HI = [{"role": "user", "content": "Hi! Who are you?"}]
@@ -415,36 +413,6 @@ def test_lobechat_request_shape(server):
 
 
 # ------------------------------------------------------------------------------ cancellation, pings
-
-
-class InterceptedGenerates:
-    """Records every Generate the HTTP tier sends; with `hold`, keeps them until `release()`."""
-
-    def __init__(self, serving, hold: bool = False):
-        self.middleware, self.hold = serving.middleware, hold
-        self.sent: list = []
-        self.arrived = threading.Event()
-        self._send = self.middleware.send
-
-    def __enter__(self):
-        def send(message):
-            if isinstance(message, Generate):
-                self.sent.append(message)
-                self.arrived.set()
-                if self.hold:
-                    return
-            self._send(message)
-
-        self.middleware.send = send
-        return self
-
-    def release(self):
-        self.middleware.send = self._send
-        for message in self.sent:
-            self._send(message)
-
-    def __exit__(self, *exc):
-        self.middleware.send = self._send
 
 
 def open_request(server, body) -> http.client.HTTPConnection:

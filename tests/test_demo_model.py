@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import re
 from pathlib import Path
 
@@ -213,3 +214,85 @@ def test_sampling_with_a_seed_is_reproducible(middleware):
     assert len(first) == 32
     assert run(7) == first
     assert run(8) != first  # the seed is what makes it repeat, not a lack of randomness
+
+
+# ------------------------------------------------------------------------------ G1 formats
+# The demo model also trained on synthetic chats in the RWKV7-G1 formats (tools/demo_data.py):
+# thinking, short JSON answers, tool calls. Served unconstrained (no grammar), greedy after the
+# chat route's default penalties, on questions about held-out verses, most replies must come
+# out well-formed (tools/demo_eval.py measures the rates over 50 prompts; see the model card).
+
+G1_THINK = re.compile(r" <think>\n[^\n].*\n</think>\n\S.*", re.S)
+G1_CALL = re.compile(r" ?(?:<think>\n.*?</think>\n)?<tool_call>(.*)</tool_call>", re.S)
+THINK_QUESTIONS = ["What does Ruth 1:16 say? think", "Tell me a verse about mercy. think a bit",
+                   "In which book is this verse: Every good gift and every perfect gift think a lot",
+                   "What does Micah 6:8 say? think"]
+JSON_QUESTIONS = ["What does Ruth 1:16 say? Answer in JSON.", "Give Jonah 1:17 as JSON.",
+                  "Give the book and chapter of this verse as JSON: Every good gift and every perfect gift",
+                  "How often is the word fish in Jonah 1:17? Answer in JSON."]
+_S, _I = {"type": "string"}, {"type": "integer"}
+G1_TOOLS = {
+    "find_verse": ("Find a verse by book, chapter and verse.", {"book": _S, "chapter": _I, "verse": _I}),
+    "get_weather": ("Get the weather of a city.", {"city": _S}),
+    "add_numbers": ("Add two numbers.", {"a": _I, "b": _I}),
+    "count_verses": ("Count the verses of a book.", {"book": _S}),
+}
+TOOL_REQUESTS = [("Look up Genesis 1:3.", "find_verse"), ("What is the weather in Jerusalem?", "get_weather"),
+                 ("What is 12 plus 30?", "add_numbers"), ("How many verses hath Exodus?", "count_verses")]
+
+
+def tool_prompt(request: str) -> tuple[str, set[str]]:
+    """The chat route's prompt for `request` with all G1_TOOLS offered."""
+    from ai00_like.api.oai.prompt import render_chat
+    from ai00_like.api.oai.tools import with_tools
+    from ai00_like.api.oai.types import ChatMessage, FunctionDef, ToolDef
+
+    tools = [ToolDef(function=FunctionDef(name=n, description=d, parameters={
+        "type": "object", "properties": p, "required": list(p)})) for n, (d, p) in G1_TOOLS.items()]
+    return render_chat(with_tools([ChatMessage(role="user", content=request)], tools)).prompt, set(G1_TOOLS)
+
+
+def replies(middleware, prompts: list[str], max_tokens: int) -> list[tuple[str, str]]:
+    sent = [generate(middleware, p, options=CHAT_GREEDY, max_tokens=max_tokens, stop=("\n\n",)) for p in prompts]
+    out = []
+    for reply in sent:
+        result = reply.wait()
+        assert result.failed is None
+        out.append((result.text[0], result.finish[0]))
+    return out
+
+
+def test_g1_thinking_closes_and_answers(middleware):
+    got = replies(middleware, [chat_prompt(q) for q in THINK_QUESTIONS], 200)
+    good = [finish == "stop" and bool(G1_THINK.fullmatch(text)) for text, finish in got]
+    assert sum(good) >= 3, got
+    # Thinking switched off ("fake think"): the answer follows the empty block at once.
+    got = replies(middleware, [chat_prompt(q.rsplit(" think", 1)[0]) + " <think>\n</think" for q in THINK_QUESTIONS], 200)
+    good = [finish == "stop" and text.startswith(">\n") and bool(text[2:].strip()) for text, finish in got]
+    assert sum(good) >= 3, got
+
+
+def test_g1_json_answers_parse(middleware):
+    got = replies(middleware, [chat_prompt(q) for q in JSON_QUESTIONS], 64)
+    parsed = []
+    for text, _ in got:
+        try:
+            parsed.append(json.loads(text))
+        except ValueError:
+            parsed.append(None)
+    assert sum(isinstance(p, dict) for p in parsed) >= 3, got
+
+
+def test_g1_tool_calls_name_an_offered_tool(middleware):
+    prompts = [tool_prompt(request) for request, _ in TOOL_REQUESTS]
+    got = replies(middleware, [p for p, _ in prompts], 100)
+    right = 0
+    for (text, finish), (_, offered), (_, want) in zip(got, prompts, TOOL_REQUESTS):
+        m = G1_CALL.fullmatch(text)
+        try:
+            call = json.loads(m.group(1)) if m else None
+        except ValueError:
+            call = None
+        ok = isinstance(call, dict) and call.get("name") in offered and isinstance(call.get("arguments"), dict)
+        right += ok and call["name"] == want
+    assert right >= 3, got

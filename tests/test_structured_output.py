@@ -24,7 +24,7 @@ import llguidance
 import msgspec
 import openai
 import pytest
-from api_helpers import SCHEMAS, ServerThread, config_for, payloads, write_model
+from api_helpers import SCHEMAS, InterceptedGenerates, ServerThread, config_for, payloads, write_model
 from openai.types.chat import (
     ChatCompletionMessage,
     ChatCompletionMessageFunctionToolCall,
@@ -185,7 +185,18 @@ def test_random_schemas_always_validate(client, model, seed):
         jsonschema.validate(json.loads(choice.message.content), schema)
 
 
-def test_constrained_and_free_requests_share_a_batch(client, model):
+def record_ends(server) -> dict:
+    """A bias towards the newline that closes a README-grammar record: the grammar allows
+    members without end, and a model that writes compact JSON adds them until max_tokens
+    (closing each string and adding the next member in one `",` token, which is barred)."""
+    encode = server.serving.model.tokenizer.encode
+    bias = {str(encode("\n")[0]): 100, str(encode('"')[0]): 100}
+    if len(encode('",')) == 1:
+        bias[str(encode('",')[0])] = -100
+    return bias
+
+
+def test_constrained_and_free_requests_share_a_batch(server, client, model):
     """Several requests at once, some constrained and some not, one with n=3 and a stop string."""
     results = {}
 
@@ -197,7 +208,8 @@ def test_constrained_and_free_requests_share_a_batch(client, model):
         "person": {"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}},
                        "n": 3, "temperature": 1, "seed": 1},
         "free": {"temperature": 0, "max_tokens": 30},
-        "kbnf": {"extra_body": {"bnf_schema": AI00_README_EXAMPLE}, "temperature": 1, "seed": 2},
+        "kbnf": {"extra_body": {"bnf_schema": AI00_README_EXAMPLE}, "temperature": 0,
+                 "logit_bias": record_ends(server)},
         "stopped": {"extra_body": {"bnf_schema": 'start ::= "one, two, three";'}, "stop": [","]},
     }
     threads = [threading.Thread(target=run, args=(k,), kwargs=kw) for k, kw in jobs.items()]
@@ -218,13 +230,13 @@ def test_constrained_and_free_requests_share_a_batch(client, model):
 # ------------------------------------------------------------------------------ bnf_schema
 
 
-def test_ai00_readme_grammar_on_chat_and_completions(client, model):
+def test_ai00_readme_grammar_on_chat_and_completions(server, client, model):
     chat = client.chat.completions.create(model=model, messages=USER, max_tokens=300, temperature=0,
-                                          extra_body={"bnf_schema": AI00_README_EXAMPLE})
+                                          logit_bias=record_ends(server), extra_body={"bnf_schema": AI00_README_EXAMPLE})
     assert chat.choices[0].finish_reason == "stop"
     assert README_OUTPUT.fullmatch(chat.choices[0].message.content), chat.choices[0].message.content
     text = client.completions.create(model=model, prompt="A record:", max_tokens=300, temperature=0,
-                                     extra_body={"bnf_schema": AI00_README_EXAMPLE})
+                                     logit_bias=record_ends(server), extra_body={"bnf_schema": AI00_README_EXAMPLE})
     assert text.choices[0].finish_reason == "stop"
     assert README_OUTPUT.fullmatch(text.choices[0].text), text.choices[0].text
 
@@ -357,6 +369,32 @@ def test_tool_round_trip(client, model):
     assert (streamed.function.name, streamed.function.arguments) == (call.function.name, call.function.arguments)
 
 
+@pytest.mark.parametrize("choice, tools", [
+    ({"type": "function", "function": {"name": "get_time"}}, TOOLS),
+    ("required", TOOLS[1:]),  # required with one function offered: the same forced call
+])
+def test_a_forced_call_opens_in_the_prompt_and_only_its_arguments_are_generated(server, client, model, choice,
+                                                                                  tools):
+    # Room for the longest arguments and the closing tag, not for the opening as well.
+    tokenizer = server.serving.model.tokenizer
+    budget = len(tokenizer.encode('{"zone": -12}' + CLOSE)) + 1
+    assert budget < len(tokenizer.encode(" " + call_text("get_time", '{"zone": -12}')))
+    body = dict(model=model, messages=USER, tools=tools, tool_choice=choice, max_tokens=budget, temperature=0,
+                parallel_tool_calls=False)
+    with InterceptedGenerates(server.serving) as spy:
+        reply = client.chat.completions.create(**body)
+    assert spy.sent[0].prompt.endswith('\n\nAssistant: <tool_call>{"name": "get_time", "arguments": ')
+    message, finish = reply.choices[0].message, reply.choices[0].finish_reason
+    check_calls(message, finish, {"get_time"})
+    assert finish == "tool_calls" and len(message.tool_calls) == 1, message
+    assert reply.usage.completion_tokens <= budget
+    jsonschema.validate(json.loads(message.tool_calls[0].function.arguments), TOOL_SCHEMAS["get_time"])
+    # Streamed, the call's name goes out with the opening chunks, before any token.
+    calls, finishes = streamed_calls(server, body)
+    assert finishes == ["tool_calls"] and [c[1:] for c in calls] == [["get_time",
+                                                                        message.tool_calls[0].function.arguments]]
+
+
 def test_named_tool_choice_and_parallel_calls(server, client, model):
     reply = client.chat.completions.create(model=model, messages=USER, tools=TOOLS, max_tokens=400, temperature=1,
                                            seed=4, tool_choice={"type": "function", "function": {"name": "get_time"}})
@@ -407,6 +445,19 @@ def test_parallel_tool_calls_decide_whether_a_second_call_may_follow(parallel):
     assert accepts(grammar, two) == (parallel is not False)
     assert accepts(grammar, two + "\n" + call_text("get_time", '{"zone": 4}')) == (parallel is not False)
     assert not accepts(grammar, one + "\n")  # a call separator is always followed by a call
+    assert accepts(grammar, one + "\n\n") == (parallel is not False)  # or the blank line ends the turn
+    assert accepts(grammar, two + "\n\n") == (parallel is not False)
+
+
+def test_a_thought_before_the_call_does_not_free_the_call():
+    """A model that thinks unasked may, but the call after its thinking still names an offered
+    function with valid arguments, and free text never holds a call."""
+    grammar = tool_grammar({"tools": TOOLS})  # auto
+    thought = "<think>\nThe man asketh of the weather.\n</think>\n"
+    assert accepts(grammar, thought + call_text("get_weather", '{"city": "Paris", "unit": "C"}'))
+    assert not accepts(grammar, thought + call_text("count_word", '{"word": "light"}'))
+    assert accepts(grammar, thought + "It is fair.")
+    assert not accepts(grammar, "Here it is: " + call_text("count_word", '{"word": "light"}'))
 
 
 def streamed_calls(server, body: dict) -> tuple[list[list], list[str]]:
@@ -425,12 +476,22 @@ def streamed_calls(server, body: dict) -> tuple[list[list], list[str]]:
     return [calls[k] for k in sorted(calls)], finish
 
 
+def call_after_call(server) -> dict:
+    """A logit bias that makes the model write call after call where it may: the newline after
+    a call, then the space that may open the next one (over the second newline that would end
+    the reply)."""
+    tokenizer = server.serving.model.tokenizer
+    [newline], [space] = tokenizer.encode("\n"), tokenizer.encode(" ")
+    return {str(newline): 50, str(space): 100}
+
+
 def test_parallel_tool_calls_end_to_end(server, client, model):
-    """Biased towards the newline that separates calls, the model makes call after call when
-    parallel calls are on (the default), and exactly one when they are off."""
+    """With parallel calls on (the default) a model that wants more calls makes call after call;
+    one that wants to stop after a call ends its reply there, never made to go on; with them
+    off, exactly one call."""
     [newline] = server.serving.model.tokenizer.encode("\n")
     body = {"model": model, "messages": USER, "tools": TOOLS, "tool_choice": "required", "max_tokens": 300,
-            "temperature": 0, "logit_bias": {str(newline): 100}}
+            "temperature": 0, "logit_bias": call_after_call(server)}
     reply = client.chat.completions.create(**body)
     message, finish = reply.choices[0].message, reply.choices[0].finish_reason
     check_calls(message, finish)
@@ -440,6 +501,14 @@ def test_parallel_tool_calls_end_to_end(server, client, model):
     assert [c[1:] for c in calls] == [[c.function.name, c.function.arguments] for c in message.tool_calls]
     assert len({c[0] for c in calls}) == len(calls)
 
+    # Biased towards the newline alone, the model ends the reply after its first call (the
+    # blank line that ends a turn), where a grammar of call ("\n" call)* made it go on.
+    ends = {**body, "logit_bias": {str(newline): 100}}
+    for flag in ({}, {"parallel_tool_calls": False}):
+        reply = client.chat.completions.create(**ends, **flag)
+        message, finish = reply.choices[0].message, reply.choices[0].finish_reason
+        check_calls(message, finish)
+        assert finish == "tool_calls" and len(message.tool_calls) == 1, (flag, message)
     reply = client.chat.completions.create(**body, parallel_tool_calls=False)
     message, finish = reply.choices[0].message, reply.choices[0].finish_reason
     check_calls(message, finish)
@@ -449,9 +518,8 @@ def test_parallel_tool_calls_end_to_end(server, client, model):
 def test_calls_released_together_stream_with_their_own_indices(server, client, model):
     """A stop string can hold text back until two calls' names are known at once; each call
     still streams under its own index."""
-    [newline] = server.serving.model.tokenizer.encode("\n")
     body = {"model": model, "messages": USER, "tools": TOOLS, "tool_choice": "required", "max_tokens": 300,
-            "temperature": 0, "logit_bias": {str(newline): 100}}
+            "temperature": 0, "logit_bias": call_after_call(server)}
     first, second = client.chat.completions.create(**body).choices[0].message.tool_calls[:2]
     # Stop strings that match both calls until the second one's closing tag, where they ask for
     # an "X" the grammar forbids: everything up to there is held back, then released at once.

@@ -149,6 +149,16 @@ def set_setting(page, name: str, value: str) -> None:
     field.dispatch_event("change")
 
 
+def endless_replies(page) -> None:
+    """The page's chat requests, with end-of-text barred (`logit_bias`), so a reply streams
+    until Stop: the demo model ends its turns with end-of-text, as its training text does."""
+    def add_bias(route):
+        body = json.loads(route.request.post_data)
+        route.continue_(post_data=json.dumps({**body, "logit_bias": {"0": -100}}))
+
+    page.route("**/v1/chat/completions", add_bias)
+
+
 def wait_idle(server) -> None:
     """Until the server runs no generation (the stopped one was cancelled)."""
     deadline = time.monotonic() + WAIT_MS / 1000
@@ -182,6 +192,7 @@ def test_chat_streams_a_reply(page, server):
 
 
 def test_stop_a_reply_mid_stream(page, server):
+    endless_replies(page)
     set_setting(page, "max_tokens", "4000")
     set_setting(page, "stop", "@@never@@")  # so the reply cannot end on its own before Stop
     page.fill("#chat-input", "Tell me a long story")
@@ -410,6 +421,7 @@ def stat(page, key: str) -> str:
 
 
 def test_status_shows_live_tokens_per_second_and_cache_hits(page, server):
+    endless_replies(page)
     set_setting(page, "max_tokens", "4000")
     set_setting(page, "stop", "@@never@@")
     page.fill("#chat-input", "Tell me of the kings of old")

@@ -1,5 +1,9 @@
 """Train the bundled demo model: a small RWKV-7 on the King James Bible, on the CPU.
 
+The King James text (plain and as chats) is the bulk of the data; a share of synthetic chats
+in the RWKV7-G1 format (thinking, short JSON answers, tool calls with their observations,
+tools/demo_data.py) teaches the formats the server's chat route renders.
+
     apt-get install -y bible-kjv-text             # the text (see tools/demo_data.py)
     .venv/bin/pip install torch==2.13.0           # a tool dependency only, never a runtime one
     nice -n 19 .venv/bin/python tools/train_demo.py           # writes assets/models/demo.*
@@ -266,6 +270,28 @@ def windows(stream: np.ndarray, ctx: int) -> np.ndarray:
     return stream[idx]
 
 
+PAD = -1  # in packed windows: not a token; as an input it reads as 0, as a target it is skipped
+
+
+def packed_windows(tok, docs: list[str], ctx: int) -> np.ndarray:
+    """[n, ctx + 1] windows that hold whole documents ("0 doc 0 doc 0 …", padded with PAD), so
+    an example (a tool list, the request, the call and the observation) is always seen from its
+    start, from a fresh state, as the server runs it. Documents longer than a window are cut."""
+    rows: list[list[int]] = []
+    for d in docs:  # first fit, in document order: deterministic, little padding
+        ids = tok.encode(d)[:ctx] + [0]
+        row = next((r for r in rows if len(r) + len(ids) <= ctx + 1), None)
+        if row is None:
+            rows.append(row := [0])
+        row.extend(ids)
+    return np.array([r + [PAD] * (ctx + 1 - len(r)) for r in rows], dtype=np.int64)
+
+
+def split_window(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and targets of [B, ctx + 1] windows; PAD targets become cross_entropy's ignore_index."""
+    return w[:, :-1].clamp(min=0), w[:, 1:].masked_fill(w[:, 1:] == PAD, -100)
+
+
 @torch.no_grad()
 def evaluate(model: RWKV7, wins: np.ndarray, batch: int) -> float:
     """Mean next-token loss (nats) over every target of the windows, each from a fresh state."""
@@ -298,17 +324,22 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--embd", type=int, default=256)
     p.add_argument("--head-size", type=int, default=64)
-    p.add_argument("--ctx", type=int, default=256, help="training context length")
+    p.add_argument("--ctx", type=int, default=512, help="training context length")
+    p.add_argument("--eval-ctx", type=int, default=256,
+                   help="held-out evaluation windows (256 as in earlier runs, so losses compare)")
     p.add_argument("--chunk", type=int, default=64,
                    help="WKV chunk length (fastest measured here; fp32-safe up to ~128)")
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--steps", type=int, default=700)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--steps", type=int, default=800)
+    p.add_argument("--g1-docs", type=int, default=2400,
+                   help="synthetic G1 documents (thinking, JSON, tool calls; a third each)")
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--lr-final", type=float, default=1e-4)
     p.add_argument("--warmup", type=int, default=30)
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads (1: a busy second core cannot stall every step at nice 19)")
     p.add_argument("--eval-every", type=int, default=100)
     args = p.parse_args()
 
@@ -334,26 +365,42 @@ def main() -> None:
     log(f"data: King James Bible, {len(verses)} verses; train {len(train_docs)} chapters "
         f"({sum(map(len, train_docs))} chars), held out {len(eval_docs)} chapters of "
         f"{', '.join(demo_data.HELD_OUT)} ({sum(map(len, eval_docs))} chars)")
+    g1 = demo_data.g1_documents(verses, args.g1_docs, seed=args.seed)
+    g1_docs = [text for _, text in g1]
+    log(f"data: {len(g1_docs)} synthetic G1 documents from the training books' verses "
+        f"({sum(map(len, g1_docs))} chars): "
+        + ", ".join(f"{k} {sum(kind == k for kind, _ in g1)}" for k in demo_data.G1_KINDS))
     world = demo_data.read_world_lines()
-    vocab_ids = demo_data.choose_vocab(train_docs, args.vocab, world, log=log)
+    vocab_ids = demo_data.choose_vocab(train_docs + g1_docs, args.vocab, world, log=log)
     vocab_path = out / "demo_vocab.txt"
     demo_data.write_vocab(vocab_ids, world, vocab_path)
     from ai00_like.rwkv.tokenizer import load_tokenizer
 
     tok = load_tokenizer(vocab_path)
     V = tok.vocab_size
-    words = demo_data.word_list(train_docs)
+    words = demo_data.word_list(train_docs + g1_docs)
     with gzip.GzipFile(out / "demo_words.txt.gz", "wb", mtime=0) as f:  # mtime=0: same bytes each run
         f.write(("\n".join(words) + "\n").encode())
-    train = token_stream(tok, train_docs)
+    bible = token_stream(tok, train_docs)
     held = token_stream(tok, eval_docs)
-    train_bytes = sum(len(d.encode()) for d in train_docs)
+    g1_wins = packed_windows(tok, g1_docs, args.ctx)
+    g1_tokens = g1_wins[:, 1:][g1_wins[:, 1:] != PAD]
+    train = np.concatenate([bible, g1_tokens])  # every training token once (for counts and the unigram)
+    train_bytes = sum(len(d.encode()) for d in train_docs + g1_docs)
     log(f"vocab: {V} ids (0 = end-of-text, 1..256 bytes, {V - 257} longer World tokens); "
         f"train {len(train)} tokens ({train_bytes / len(train):.2f} bytes/token), held out {len(held)} tokens; "
         f"{len(words)} distinct words")
+    for name in ("<think>", "</think>", "<tool_call>", "</tool_call>", '"arguments": ', "Observation:"):
+        log(f"vocab: {name!r} is {len(tok.encode(name))} tokens")
+    by_kind = {k: [len(tok.encode(t)) + 1 for kind, t in g1 if kind == k] for k in demo_data.G1_KINDS}
+    log(f"mix: King James {len(bible)} tokens ({len(bible) / len(train):.1%}; plain and chat chapters), "
+        f"G1 {len(g1_tokens)} tokens ({len(g1_tokens) / len(train):.1%}): "
+        + ", ".join(f"{k} {sum(n)} ({sum(n) / len(train):.1%}, longest {max(n)})" for k, n in by_kind.items())
+        + f"; G1 packed whole into {len(g1_wins)} windows of {args.ctx} "
+        f"({1 - len(g1_tokens) / g1_wins[:, 1:].size:.1%} padding)")
 
-    train_wins = windows(train, args.ctx)
-    eval_wins = windows(held, args.ctx)
+    train_wins = np.concatenate([windows(bible, args.ctx), g1_wins])
+    eval_wins = windows(held, args.eval_ctx)
     eval_targets = eval_wins[:, 1:].reshape(-1)
     uni = unigram_loss(train, eval_targets, V)
     log(f"baseline: unigram held-out loss {uni:.4f} nats/token, perplexity {math.exp(uni):.1f}")
@@ -384,17 +431,17 @@ def main() -> None:
     for step in range(args.steps):
         if pos + args.batch > len(perm):  # next epoch: a fresh deterministic shuffle
             perm, pos, epoch = order.permutation(len(train_wins)), 0, epoch + 1
-        batch = torch.from_numpy(train_wins[perm[pos : pos + args.batch]])
+        inputs, targets = split_window(torch.from_numpy(train_wins[perm[pos : pos + args.batch]]))
         pos += args.batch
         for group in opt.param_groups:
             group["lr"] = lr_at(step)
-        logits = model(batch[:, :-1], args.chunk)
-        loss = F.cross_entropy(logits.reshape(-1, V), batch[:, 1:].reshape(-1))
+        logits = model(inputs, args.chunk)
+        loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        tokens_seen += batch[:, 1:].numel()
+        tokens_seen += int((targets != -100).sum())
         if step % 10 == 0 or step == args.steps - 1:
             elapsed = time.time() - start
             print(f"step {step:5d}  loss {loss.item():.4f}  lr {lr_at(step):.2e}  tokens {tokens_seen:,}  "

@@ -30,6 +30,8 @@ from .ai00 import types as ai00
 from .errors import error_middleware
 from .oai import chat, choose, completion, embedding, models, state
 from .oai import types as oai
+from .responses import routes as responses
+from .responses import types as resp
 from .openapi import OPENAPI_PATH, Route, openapi_document
 from .serving import Serving
 
@@ -51,6 +53,15 @@ OPENAI_ROUTES = [
           body=oai.CompletionRequest, returns=oai.Completion, streams=oai.Completion),
     Route("POST", "/embeddings", embedding.embeddings, "Mean last-layer hidden state, L2-normalised",
           body=oai.EmbeddingRequest, returns=oai.EmbeddingList),
+    # The Responses API, its state kept between turns (api/responses, response_store).
+    Route("POST", "/responses", responses.create_response, "A response; `previous_response_id` continues a stored one "
+          "from its RNN state", body=resp.CreateResponse, returns=resp.Response, streams=resp.Event),
+    Route("GET", "/responses/{response_id}", responses.retrieve_response, "A stored response",
+          returns=resp.Response),
+    Route("DELETE", "/responses/{response_id}", responses.delete_response, "Delete a stored response",
+          returns=resp.DeletedResponse),
+    Route("GET", "/responses/{response_id}/input_items", responses.list_input_items,
+          "The input items of a stored response", returns=resp.ItemList),
     # Ai00's additions to its OpenAI routes.
     Route("POST", "/chooses", choose.chooses, "Rank choices by perplexity after an input (Ai00)",
           body=oai.ChooseRequest, returns=oai.ChoiceList),
@@ -229,6 +240,8 @@ class RunningServer:
         if cancelled:
             log.info("ended %d generations still running at the end of the grace period (%.1f s at most)", cancelled, grace)
         await self.runner.cleanup()
+        if self.serving.responses is not None:
+            self.serving.responses.close()
 
 
 async def start_server(config: Config, middleware: Middleware, *, ip: str | None = None,

@@ -17,6 +17,7 @@ from pathlib import Path
 from ..config import Config
 from ..messages import Failed, GetInfo, Load, Loaded, ModelInfoEvent, ModelSpec, Unload
 from ..middleware import Middleware
+from ..response_store import ResponseStore
 from .channel import EventChannel
 from .errors import ApiError, model_not_found
 from .metrics import Metrics
@@ -45,6 +46,9 @@ class Serving:
         self._no_runs = asyncio.Event()
         self._no_runs.set()
         self.hurry = asyncio.Event()  # set by a second signal: end the grace period now
+        section = config.responses
+        self.responses = ResponseStore(config.resolve(section.path), section.max_state_bytes) \
+            if section.store else None
 
     # ------------------------------------------------------------------ the model
 

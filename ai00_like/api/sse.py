@@ -39,11 +39,17 @@ class EventStream:
     async def send_raw(self, json_bytes: bytes) -> None:
         await self.response.write(b"data: " + json_bytes + b"\n\n")
 
+    async def send_typed(self, event) -> None:
+        """A Responses API event: named by its `type` as well (`event:` line), as OpenAI sends them."""
+        await self.response.write(b"event: " + event.type.encode() + b"\ndata: " + _encode(event) + b"\n\n")
+
     async def ping(self) -> None:
         await self.response.write(PING)
 
-    async def done(self) -> None:
-        await self.response.write(DONE)
+    async def done(self, marker: bool = True) -> None:
+        """The end of the stream: `data: [DONE]` (chat, completions), or just the end (Responses)."""
+        if marker:
+            await self.response.write(DONE)
         await self.response.write_eof()
 
     async def error(self, envelope: msgspec.Struct) -> None:

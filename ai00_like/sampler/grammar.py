@@ -138,6 +138,11 @@ class GrammarConstraint:
         self.matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
         return np.unpackbits(self._bits.view(np.uint8), count=self.vocab, bitorder="little").view(bool)
 
+    @property
+    def complete(self) -> bool:
+        """The text is whole: the grammar allows nothing more but end-of-text."""
+        return self.matcher.is_stopped() and not self.matcher.is_error()
+
     def advance(self, token: int) -> None:
         """The sampled token joins the text. A token the grammar refused leaves the matcher in
         its error state, after which only end-of-text is allowed."""

@@ -131,6 +131,11 @@ class RequestSampler:
         if self.constraint is not None:
             self.constraint.advance(int(token))
 
+    @property
+    def grammar_complete(self) -> bool:
+        """The output's grammar allows only end-of-text now."""
+        return self.constraint is not None and self.constraint.complete
+
     def clone(self, index: int) -> "RequestSampler":
         """A copy for choice `index` of an n > 1 request.
 

@@ -81,6 +81,8 @@ def reload_spec(req: ReloadRequest, serving: Serving) -> ModelSpec:
         name=req.served_name,
         models_dir=str(root),
         max_prompt_tokens=config.listen.max_prompt_tokens,
+        thinking=req.thinking or config.model.thinking,
+        reasoning_effort=req.reasoning_effort or config.model.reasoning_effort,
     )
 
 

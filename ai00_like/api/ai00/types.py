@@ -6,6 +6,8 @@ from typing import Literal
 
 import msgspec
 
+from ...messages import Effort, Thinking
+
 
 class Ai00ModelInfo(msgspec.Struct, kw_only=True):
     """Ai00's `ModelInfo`: version as "V4"…"V7", sizes under its names."""
@@ -50,6 +52,8 @@ class ReloadRequest(msgspec.Struct, kw_only=True):
     tokenizer_path: str = ""  # empty: the config's tokenizer
     served_name: str = ""  # ours
     device: str | None = None  # ours
+    thinking: Thinking | None = None  # ours: None, the config's
+    reasoning_effort: Effort | None = None  # ours: None, the config's
 
 
 class ReloadInfo(msgspec.Struct, kw_only=True):

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import msgspec
 from aiohttp import web
 
-from ...messages import TextPiece
+from ...messages import ModelInfoEvent, TextPiece
+from ...sampler import SamplingOptions
 from ..body import decode_body
 from ..serving import Serving
 from .generation import (
+    ChoiceResult,
     GenerationRun,
     StreamFormat,
     chat_logprobs,
@@ -21,10 +25,12 @@ from .generation import (
     stop_strings,
     stream,
 )
-from .prompt import DEFAULT_CHAT_STOP, render_chat
+from .prompt import DEFAULT_CHAT_STOP, ChatPrompt, render_chat
+from .reasoning import think_plan
+from .reply import ReplyReader
 from .state import requested_state
-from .structured import structured_output
-from .tools import ToolCallReader, with_tools
+from .structured import Structure, structured_output
+from .tools import with_tools
 from .types import (
     AssistantMessage,
     ChatChoice,
@@ -32,6 +38,7 @@ from .types import (
     ChatCompletionChunk,
     ChatCompletionRequest,
     ChunkChoice,
+    CompletionTokensDetails,
     Delta,
     FunctionCall,
     FunctionCallDelta,
@@ -43,15 +50,41 @@ from .types import (
 DEFAULT_MAX_TOKENS = 256  # Ai00's default; OpenAI's is "whatever fits", which an RNN does not bound
 
 
-async def chat_completions(request: web.Request, serving: Serving):
-    config = serving.config
-    req = await decode_body(request, ChatCompletionRequest, config.listen.max_body_bytes)
-    messages = [req.messages] if not isinstance(req.messages, list) and req.messages is not None else req.messages
+@dataclass
+class ChatPlan:
+    """A chat request made ready to generate: its prompt, constraints and limits."""
+
+    model: ModelInfoEvent
+    rendered: ChatPrompt
+    opening: str  # the reply's start, written into the prompt (reasoning.py, structured.py)
+    structure: Structure
+    options: SamplingOptions
+    budget: int
+    stop: tuple[str, ...]
+
+    @property
+    def reasoning(self) -> bool:
+        return self.model.spec.thinking != "none"
+
+    def reader(self) -> ReplyReader:
+        return ReplyReader(self.structure.tools, self.opening)
+
+
+async def plan_chat(serving: Serving, req: ChatCompletionRequest, messages: list, *,
+                    announce_tools: bool = True) -> ChatPlan:
+    """Prompt, grammar, sampling and limits of a chat request (and of a Responses request
+    read as one). `announce_tools=False` leaves the tools out of the prompt (a continued
+    conversation that offered them already) while the reply may still call them."""
     model = serving.require_model(req.model)
-    structure = await structured_output(req, model, chat=True)
-    offered = req.tools if structure.tools else None
-    rendered = render_chat(with_tools(messages or [], offered), req.names, req.template)
-    limit = config.model.max_tokens_limit
+    thinking = think_plan(model.spec.thinking, model.spec.reasoning_effort, req.reasoning_effort,
+                          enable_thinking(req.chat_template_kwargs))
+    structure = await structured_output(req, model, chat=True, opening=thinking.opening)
+    offered = req.tools if structure.tools and announce_tools else None
+    # A forced call's opening replaces the think's: such a reply is the call, nothing else.
+    opening = structure.opening or thinking.opening
+    rendered = render_chat(with_tools(messages, offered), req.names, req.template, opening=opening,
+                           user_suffix="" if structure.opening else thinking.suffix)
+    limit = serving.config.model.max_tokens_limit
     if req.max_completion_tokens is not None:
         budget = max_tokens(req.max_completion_tokens, DEFAULT_MAX_TOKENS, limit, field="max_completion_tokens",
                             minimum=1)
@@ -61,77 +94,111 @@ async def chat_completions(request: web.Request, serving: Serving):
     # A grammar says where the reply ends; the blank line that ends a chat turn is not needed.
     stop = stop_strings(req, DEFAULT_CHAT_STOP if structure.free_text else ())
     options = msgspec.structs.replace(options, grammar=structure.grammar)
-    state = requested_state(req.state, model)
     check_logit_bias(options, model.info.vocab)
+    return ChatPlan(model, rendered, opening, structure, options, budget, stop)
+
+
+async def chat_completions(request: web.Request, serving: Serving):
+    config = serving.config
+    req = await decode_body(request, ChatCompletionRequest, config.listen.max_body_bytes)
+    messages = [req.messages] if not isinstance(req.messages, list) and req.messages is not None else req.messages
+    plan = await plan_chat(serving, req, messages or [])
+    model = plan.model
+    state = requested_state(req.state, model)
     n = req.n or 1
 
-    run = GenerationRun(serving, model, [rendered.prompt], n=n, options=options, max_tokens=budget, stop=stop,
-                        model_text=rendered.model_text, state=state)
+    run = GenerationRun(serving, model, [plan.rendered.prompt], n=n, options=plan.options, max_tokens=plan.budget,
+                        stop=plan.stop, model_text=plan.rendered.model_text, state=state)
     ident, created, fp = new_id("chatcmpl"), now(), fingerprint(model)
-    with_logprobs = options.wants_logprobs
+    with_logprobs = plan.options.wants_logprobs
 
     if req.stream:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         fmt = ChatStream(ident, created, model.name, fp, n, include_usage, model.tokenizer, with_logprobs,
-                         structure.tools)
+                         [plan.reader() for _ in range(n)], plan.reasoning)
         return await stream(request, run, fmt, include_usage=include_usage,
                             ping_interval=config.listen.ping_interval)
 
     results = await run.collect()
-    choices = []
+    choices, readers = [], []
     for i, r in enumerate(results):
-        # Leading whitespace trimmed as Ai00 does: the prompt ends in "Assistant:" and the
-        # model answers " Hello"; the space belongs to the template, not the answer.
-        message, finish = AssistantMessage(content="".join(r.text).lstrip()), r.finish
-        if structure.tools:
-            message, finish = _with_calls(message, finish)
+        reply = read_reply(plan.reader(), r)
+        readers.append(reply)
+        message, finish = _message(reply, r.finish)
         choices.append(ChatChoice(
             index=i, message=message, finish_reason=finish,
             logprobs=chat_logprobs(model.tokenizer, r.tokens, r.logprobs, r.top) if with_logprobs else None,
         ))
-    return ChatCompletion(id=ident, created=created, model=model.name, choices=choices, usage=run.usage(),
-                          system_fingerprint=fp)
+    return ChatCompletion(id=ident, created=created, model=model.name, choices=choices,
+                          usage=with_reasoning(run.usage(), readers, plan.reasoning), system_fingerprint=fp)
 
 
-def _with_calls(message: AssistantMessage, finish: str) -> tuple[AssistantMessage, str]:
-    """A reply that called tools: `tool_calls`, finish_reason tool_calls. Cut by max_tokens, the
-    last call's arguments are as far as they got (finish_reason length), as a stream sent them."""
-    reader = ToolCallReader()
-    reader.push(message.content)
-    calls = reader.calls
-    if not calls:
-        return message, finish
-    tool_calls = [ToolCall(id=c.id, function=FunctionCall(c.name, c.arguments)) for c in calls]
-    return AssistantMessage(content=None, tool_calls=tool_calls), ("tool_calls" if finish == "stop" else finish)
+def enable_thinking(kwargs: dict | None) -> bool | None:
+    """vLLM's `chat_template_kwargs: {"enable_thinking": …}`, if given."""
+    value = (kwargs or {}).get("enable_thinking")
+    return value if isinstance(value, bool) else None
+
+
+def read_reply(reader: ReplyReader, result: ChoiceResult) -> ReplyReader:
+    """A collected choice read through `reader`, its pieces as they came."""
+    for text, tokens in zip(result.text, result.piece_tokens):
+        reader.push(text, tokens)
+    reader.finish()
+    return reader
+
+
+def with_reasoning(usage: Usage, readers: list[ReplyReader], reasoning: bool) -> Usage:
+    """`usage` with `completion_tokens_details.reasoning_tokens` where the model thinks."""
+    if not reasoning:
+        return usage
+    details = CompletionTokensDetails(reasoning_tokens=sum(r.reasoning_tokens for r in readers))
+    return msgspec.structs.replace(usage, completion_tokens_details=details)
+
+
+def _message(reply: ReplyReader, finish: str) -> tuple[AssistantMessage, str]:
+    """The reply as a message: tool calls (finish_reason tool_calls) or content, with its
+    thinking. Cut by max_tokens, the last call's arguments are as far as they got
+    (finish_reason length), as a stream sent them."""
+    thought = reply.reasoning_text if reply.reasoning_text is not None else msgspec.UNSET
+    if not reply.calls:
+        return AssistantMessage(content=reply.content_text, reasoning_content=thought), finish
+    tool_calls = [ToolCall(id=c.id, function=FunctionCall(c.name, c.arguments)) for c in reply.calls]
+    return (AssistantMessage(content=None, tool_calls=tool_calls, reasoning_content=thought),
+            "tool_calls" if finish == "stop" else finish)
 
 
 class ChatStream(StreamFormat):
     def __init__(self, ident: str, created: int, model: str, fp: str, n: int, include_usage: bool, tokenizer,
-                 with_logprobs: bool, tools: bool = False):
+                 with_logprobs: bool, readers: list[ReplyReader], reasoning: bool = False):
         self.ident, self.created, self.model, self.fp, self.n = ident, created, model, fp, n
         # With include_usage every chunk carries "usage": null, the last one the totals (spec);
         # without it the field is left out, since some clients choke on what they did not ask for.
         self.no_usage = None if include_usage else msgspec.UNSET
         self.tokenizer, self.with_logprobs = tokenizer, with_logprobs
-        self.started = [False] * n  # has a non-blank piece been sent (leading whitespace is trimmed)
-        self.readers = [ToolCallReader() for _ in range(n)] if tools else None
+        self.readers, self.reasoning = readers, reasoning
+        self.tools = readers[0].tool_reader is not None
 
     def _chunk(self, choices: list[ChunkChoice], usage: Usage | None = None) -> ChatCompletionChunk:
         return ChatCompletionChunk(id=self.ident, created=self.created, model=self.model, system_fingerprint=self.fp,
                                    choices=choices, usage=usage if usage is not None else self.no_usage)
 
     def opening(self):
-        # With tools the reply may be calls only: no content until some is known to be text.
-        content = msgspec.UNSET if self.readers is not None else ""
-        return [self._chunk([ChunkChoice(index=i, delta=Delta(role="assistant", content=content))])
-                for i in range(self.n)]
+        # With tools or thinking the reply may hold no content: none until some is known.
+        content = msgspec.UNSET if self.tools or self.reasoning else ""
+        chunks = [self._chunk([ChunkChoice(index=i, delta=Delta(role="assistant", content=content))])
+                  for i in range(self.n)]
+        # A forced call's name is known from the prompt: it goes out before any token.
+        return chunks + [self._chunk([ChunkChoice(index=i, delta=self._delta(i, reader.opened))])
+                         for i, reader in enumerate(self.readers) if reader.opened]
 
-    def _delta(self, index: int, text: str, events=()) -> Delta:
-        """Content (leading whitespace trimmed) and tool call pieces, as one delta."""
-        calls = []
+    def _delta(self, index: int, events) -> Delta:
+        """Thinking, content and tool call pieces, as one delta."""
+        text, thought, calls = "", "", []
         for event in events:
             if event[0] == "content":
                 text += event[1]
+            elif event[0] == "reasoning":
+                thought += event[1]
             elif event[0] == "call":
                 # Its place among the reply's calls: one push can name several (text a stop
                 # string held back), so not "the calls read so far".
@@ -140,32 +207,25 @@ class ChatStream(StreamFormat):
                                            function=FunctionCallDelta(name=event[1].name, arguments="")))
             else:
                 calls.append(ToolCallDelta(index=event[1], function=FunctionCallDelta(arguments=event[2])))
-        if not self.started[index]:
-            text = text.lstrip()
-            self.started[index] = bool(text)
-        return Delta(content=text if text else msgspec.UNSET, tool_calls=calls or msgspec.UNSET)
+        return Delta(content=text or msgspec.UNSET, reasoning_content=thought or msgspec.UNSET,
+                     tool_calls=calls or msgspec.UNSET)
 
     def piece(self, index: int, event: TextPiece):
-        if self.readers is not None:
-            delta = self._delta(index, "", self.readers[index].push(event.text))
-        else:
-            delta = self._delta(index, event.text)
+        delta = self._delta(index, self.readers[index].push(event.text, len(event.tokens)))
         logprobs = None
         if self.with_logprobs and event.tokens:
             logprobs = chat_logprobs(self.tokenizer, list(event.tokens), list(event.logprobs),
                                      list(event.top_logprobs))
-        if delta.content is msgspec.UNSET and delta.tool_calls is msgspec.UNSET and logprobs is None:
+        if delta == Delta() and logprobs is None:
             return None
         return self._chunk([ChunkChoice(index=index, delta=delta, logprobs=logprobs)])
 
     def finish(self, index: int, reason: str):
-        delta = Delta()
-        if self.readers is not None:
-            reader = self.readers[index]
-            delta = self._delta(index, "", reader.finish())
-            if reader.calls and reason == "stop":
-                reason = "tool_calls"
+        reader = self.readers[index]
+        delta = self._delta(index, reader.finish())
+        if reader.calls and reason == "stop":
+            reason = "tool_calls"
         return self._chunk([ChunkChoice(index=index, delta=delta, finish_reason=reason)])
 
     def usage(self, usage: Usage):
-        return self._chunk([], usage=usage)
+        return self._chunk([], usage=with_reasoning(usage, self.readers, self.reasoning))

@@ -76,12 +76,14 @@ def max_tokens(value: int | None, default: int, limit: int, *, field: str, minim
 
 @dataclass
 class ChoiceResult:
-    text: list[str] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)  # the pieces as they came
+    piece_tokens: list[int] = field(default_factory=list)  # how many tokens made each piece
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top: list[tuple[tuple[int, float], ...]] = field(default_factory=list)
     finish: str | None = None
     completion_tokens: int = 0
+    finished: Finished | None = None  # the event itself (with the state, when it was asked for)
 
 
 class GenerationRun:
@@ -89,7 +91,7 @@ class GenerationRun:
 
     def __init__(self, serving: Serving, model: ModelInfoEvent, prompts: list[str], *, n: int,
                  options: SamplingOptions, max_tokens: int, stop: tuple[str, ...], model_text: str = "",
-                 state=None):
+                 state=None, prefix: tuple[int, ...] = (), keep_state: bool = False):
         self.model, self.n, self.prompts = model, n, prompts
         # A request the middleware refuses while a state was named is about that state.
         self.failure_param = "state" if state is not None else None
@@ -105,7 +107,8 @@ class GenerationRun:
         for p, prompt in enumerate(prompts):
             serving.middleware.send(Generate(
                 prompt=prompt, reply=self.channel.reply(p), cancel=self.cancel, options=options,
-                max_tokens=max_tokens, stop=stop, n=n, model_text=model_text, state=state,
+                max_tokens=max_tokens, stop=stop, n=n, model_text=model_text, state=state, prefix=prefix,
+                keep_state=keep_state,
             ))
 
     @property
@@ -133,6 +136,7 @@ class GenerationRun:
                 self.cached_tokens[prompt] = event.cached_tokens
         elif isinstance(event, TextPiece):
             choice.text.append(event.text)
+            choice.piece_tokens.append(len(event.tokens))
             choice.tokens.extend(event.tokens)
             choice.logprobs.extend(event.logprobs)
             choice.top.extend(event.top_logprobs)
@@ -142,6 +146,7 @@ class GenerationRun:
             # "cancelled" only happens once we cancelled, i.e. nobody reads it any more.
             choice.finish = "stop" if event.reason == "cancelled" else event.reason
             choice.completion_tokens = event.completion_tokens
+            choice.finished = event
             self.prompt_tokens[prompt] = event.prompt_tokens
         return index, event
 
@@ -222,9 +227,10 @@ class StreamFormat:
         raise NotImplementedError
 
 
-async def stream(request: web.Request, run: GenerationRun, fmt: StreamFormat, *, include_usage: bool,
-                 ping_interval: float) -> web.StreamResponse:
-    """Send the run as SSE. Errors before the first byte are plain HTTP errors; after, an error event."""
+async def run_as_sse(request: web.Request, run: GenerationRun, ping_interval: float, write) -> web.StreamResponse:
+    """Send the run as server-sent events, written by `await write(out, items)` where `items`
+    yields each (choice index, event) as it comes (and pings through silences). Errors before
+    the first byte are plain HTTP errors; after it, an error event."""
     out: EventStream | None = None
     try:
         # Requests the middleware refuses (no model, bad state) fail within milliseconds:
@@ -232,26 +238,19 @@ async def stream(request: web.Request, run: GenerationRun, fmt: StreamFormat, *,
         first = await run.next(timeout=min(ping_interval, 0.25))
         out = EventStream(request)
         await out.start()
-        for chunk in fmt.opening():
-            await out.send(chunk)
-        item = first
-        while True:
-            if item is None:
-                await out.ping()  # silence: keep proxies and browsers from dropping the stream
-            else:
-                index, event = item
-                if isinstance(event, TextPiece):
-                    chunk = fmt.piece(index, event)
-                    if chunk is not None:
-                        await out.send(chunk)
-                elif isinstance(event, Finished):
-                    await out.send(fmt.finish(index, run.choices[index].finish))
-            if run.done:
-                break
-            item = await run.next(timeout=ping_interval)
-        if include_usage:
-            await out.send(fmt.usage(run.usage()))
-        await out.done()
+
+        async def items():
+            item = first
+            while True:
+                if item is None:
+                    await out.ping()  # silence: keep proxies and browsers from dropping the stream
+                else:
+                    yield item
+                if run.done:
+                    return
+                item = await run.next(timeout=ping_interval)
+
+        await write(out, items())
         return out.response
     except ApiError as e:
         if out is None:
@@ -261,3 +260,23 @@ async def stream(request: web.Request, run: GenerationRun, fmt: StreamFormat, *,
     finally:
         run.close()
 
+
+async def stream(request: web.Request, run: GenerationRun, fmt: StreamFormat, *, include_usage: bool,
+                 ping_interval: float) -> web.StreamResponse:
+    """Send the run as chat's or completions' SSE chunks, then `data: [DONE]`."""
+
+    async def write(out: EventStream, items) -> None:
+        for chunk in fmt.opening():
+            await out.send(chunk)
+        async for index, event in items:
+            if isinstance(event, TextPiece):
+                chunk = fmt.piece(index, event)
+                if chunk is not None:
+                    await out.send(chunk)
+            elif isinstance(event, Finished):
+                await out.send(fmt.finish(index, run.choices[index].finish))
+        if include_usage:
+            await out.send(fmt.usage(run.usage()))
+        await out.done()
+
+    return await run_as_sse(request, run, ping_interval, write)

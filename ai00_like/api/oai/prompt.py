@@ -43,6 +43,7 @@ _SPEAKER = {
 _DEFAULT_NAMES = {"system": "System", "user": "User", "assistant": "Assistant", "observation": "Observation"}
 
 _BLANK_LINES = re.compile(r"\n(\s*\n)+")
+_THOUGHTS = re.compile(r"\s*<think>.*?</think>\s*", re.S)  # a reasoning model's earlier thinking
 _RECORD_FIELD = re.compile(r"\{(role|content)\}")
 _PREFIX_FIELD = re.compile(r"\{(assistant|user)\}")
 
@@ -84,12 +85,16 @@ def speaker_names(names: dict[str, str] | None) -> dict[str, str]:
 
 
 def render_chat(messages: list[ChatMessage], names: dict[str, str] | None = None,
-                template: ChatTemplate | None = None) -> ChatPrompt:
+                template: ChatTemplate | None = None, *, opening: str = "", user_suffix: str = "") -> ChatPrompt:
+    """The prompt, ending with the assistant's name and then `opening` (the start of the reply
+    written for it: a think tag, a forced call); `user_suffix` ends the last user turn (a
+    G1 effort). Earlier assistant turns go back without their thinking."""
     if not messages:
         raise bad_request("'messages' must contain at least one message", "messages", code="invalid_value")
     template = template or DEFAULT_TEMPLATE
     display = speaker_names(names)
     records, assistant_turns = [], []
+    last_user = max((i for i, m in enumerate(messages) if _SPEAKER.get(m.role.lower()) == "user"), default=-1)
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
         speaker = _SPEAKER.get(message.role.lower())
@@ -101,10 +106,11 @@ def render_chat(messages: list[ChatMessage], names: dict[str, str] | None = None
             )
         raw = message_text(message, where)
         if speaker == "assistant":
+            raw = _THOUGHTS.sub("\n", raw)
             assistant_turns.append(raw)
-        content = _BLANK_LINES.sub("\n", raw).strip()
+        content = _BLANK_LINES.sub("\n", raw).strip() + (user_suffix if i == last_user else "")
         fields = {"role": display[speaker], "content": content}
         records.append(_RECORD_FIELD.sub(lambda m: fields[m.group(1)], template.record))
     prefix = _PREFIX_FIELD.sub(lambda m: display[m.group(1)], template.prefix)
-    prompt = template.sep.join(records) + template.sep + prefix
+    prompt = template.sep.join(records) + template.sep + prefix + (" " + opening if opening else "")
     return ChatPrompt(prompt, template.sep.join(assistant_turns))

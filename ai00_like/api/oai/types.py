@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from ...messages import Effort
 from ...sampler import SamplerParams
 
 # ---------------------------------------------------------------------------------- requests
@@ -146,6 +147,8 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     tools: list[ToolDef] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
+    reasoning_effort: Effort | None = None
+    chat_template_kwargs: dict[str, Any] | None = None  # vLLM's; we read enable_thinking
 
 
 class CompletionRequest(SamplingFields, kw_only=True):
@@ -190,11 +193,16 @@ class PromptTokensDetails(msgspec.Struct):
     cached_tokens: int = 0
 
 
+class CompletionTokensDetails(msgspec.Struct):
+    reasoning_tokens: int = 0
+
+
 class Usage(msgspec.Struct):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails | UnsetType = UNSET
+    completion_tokens_details: CompletionTokensDetails | UnsetType = UNSET  # with a reasoning model
 
 
 class TopLogprob(msgspec.Struct):
@@ -243,6 +251,7 @@ class AssistantMessage(msgspec.Struct, kw_only=True):
     content: str | None
     refusal: str | None = None
     tool_calls: list[ToolCall] | UnsetType = UNSET
+    reasoning_content: str | UnsetType = UNSET  # the thinking (DeepSeek's and vLLM's field)
 
 
 class ChatChoice(msgspec.Struct):
@@ -265,6 +274,7 @@ class ChatCompletion(msgspec.Struct, kw_only=True):
 class Delta(msgspec.Struct):
     role: Literal["assistant"] | UnsetType = UNSET
     content: str | UnsetType = UNSET
+    reasoning_content: str | UnsetType = UNSET
     tool_calls: list[ToolCallDelta] | UnsetType = UNSET
 
 

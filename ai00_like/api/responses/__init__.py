@@ -1,0 +1,1 @@
+"""The Responses API: POST /responses and its stored responses."""
