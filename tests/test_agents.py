@@ -1,6 +1,7 @@
-"""An `openai-agents` agent with a function tool against the demo model: a full tool round
-trip over the Responses API (the SDK's default) and over chat completions, and a two-turn
-conversation through `previous_response_id`."""
+"""Agent frameworks against the demo model: an `openai-agents` agent with a function tool (a
+full tool round trip over the Responses API, the SDK's default, and over chat completions,
+and a two-turn conversation through `previous_response_id`), and LangChain's `bind_tools`
+with a forced tool."""
 
 from __future__ import annotations
 
@@ -76,3 +77,26 @@ def test_a_conversation_continues_through_previous_response_id(server):
     # The second turn's first request read only its own input, from the stored state.
     continued = [g for g in spy.sent if isinstance(g.state, State)]
     assert continued and "Ruth 1:16" not in continued[0].prompt and "And the next verse?" in continued[0].prompt
+
+
+def test_langchain_bind_tools_with_a_forced_tool_round_trip(server):
+    """LangChain's `bind_tools(..., tool_choice=…)`: the forced call, its result as a
+    ToolMessage, then the model's answer."""
+    from langchain_core.messages import HumanMessage, ToolMessage
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
+    @tool
+    def count_word(word: str) -> int:
+        """How many times a word occurs in the King James Bible."""
+        return 42
+
+    llm = ChatOpenAI(model="demo", base_url=server.base_url, api_key="unused", temperature=0, max_tokens=64,
+                     max_retries=0)
+    question = HumanMessage("How often does the word light occur?")
+    called = llm.bind_tools([count_word], tool_choice="count_word").invoke([question])
+    [call] = called.tool_calls
+    assert call["name"] == "count_word" and isinstance(call["args"].get("word"), str)
+    answer = llm.bind_tools([count_word]).invoke(
+        [question, called, ToolMessage(str(count_word.invoke(call["args"])), tool_call_id=call["id"])])
+    assert isinstance(answer.content, str) and (answer.content.strip() or answer.tool_calls)

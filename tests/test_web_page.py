@@ -16,6 +16,7 @@ import time
 import zipfile
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 from api_helpers import ServerThread, config_for
@@ -201,10 +202,13 @@ def test_stop_a_reply_mid_stream(page, server):
     page.click("#chat-stop")
     page.locator(".msg.assistant.done").wait_for()
     wait_idle(server)
-    text = page.locator(".msg.assistant").inner_text()
-    print("stopped reply:", len(text), "chars")
     # 4000 tokens of the demo model's word vocabulary would be some 20000 characters.
-    assert 20 < len(text) < 4000
+    streamed = page.locator(".msg.assistant").evaluate("e => e.textContent")  # thinking included
+    print("stopped reply:", len(streamed), "chars")
+    assert 20 < len(streamed) < 4000
+    # The demo model may open with a thought, shown folded under the reply: the reply is the rest.
+    page.locator(".msg.assistant").evaluate("e => e.querySelector('details.thinking')?.remove()")
+    text = page.locator(".msg.assistant").inner_text()
     assert page.evaluate("JSON.parse(localStorage.getItem('ai00like.conversations'))[0].messages[1].content") \
         .strip() == text.strip()
     assert page.is_enabled("#chat-send")
@@ -734,3 +738,32 @@ def test_constrained_replies_in_the_page(page, server):
                            "&& !document.querySelector('#continue-go').disabled")
     assert page.input_value("#continue-text")[len(prompt):] in ("yes", "no")
     assert not page.inner_text("#continue-error")
+
+
+def test_think_control_and_the_thinking_folded_under_the_reply(page, server):
+    """With a reasoning model loaded, the Think control sends reasoning_effort and the reply's
+    thinking shows folded away under it; earlier thinking is not sent back."""
+    spec = server.serving.model.spec
+    server.call(server.serving.load(msgspec.structs.replace(spec, thinking="effort", reasoning_effort="none")))
+    try:
+        sent = []
+        page.on("request", lambda r: sent.append(json.loads(r.post_data)) if r.url.endswith("/chat/completions")
+                else None)
+        page.select_option('[data-settings="chat"] [name="think"]', "low")
+        page.fill("#chat-input", "What does Micah 6:8 say?")
+        page.click("#chat-send")
+        page.locator(".msg.assistant.done").wait_for()
+        assert sent[-1]["reasoning_effort"] == "low"
+        fold = page.locator(".msg.assistant details.thinking")
+        assert not fold.evaluate("e => e.open")  # folded away
+        fold.locator("summary").click()
+        assert fold.locator("div").inner_text().strip()  # the demo model thinks before it answers
+        assert "<think>" not in page.locator(".msg.assistant").inner_text()
+        page.screenshot(path=page.shots / "chat-thinking.png")
+        page.fill("#chat-input", "And then?")
+        page.click("#chat-send")
+        page.wait_for_function("document.querySelectorAll('.msg.assistant').length === 2 "
+                               "&& document.querySelector('.msg.assistant.done')")
+        assert all("reasoning" not in m and "<think>" not in m["content"] for m in sent[-1]["messages"])
+    finally:
+        server.call(server.serving.load(spec))

@@ -35,10 +35,25 @@ function renderConversations() {
   }
 }
 
+// A reply's text, and its thinking (a reasoning model's reasoning_content) folded away under it.
+function fillReply(div, m) {
+  div.innerHTML = renderMarkdown(m.content);
+  if (m.reasoning) {
+    const fold = document.createElement("details");
+    fold.className = "thinking";
+    const summary = document.createElement("summary");
+    summary.textContent = "Thinking";
+    const text = document.createElement("div");
+    text.textContent = m.reasoning;
+    fold.append(summary, text);
+    div.appendChild(fold);
+  }
+}
+
 function messageElement(m) {
   const div = document.createElement("div");
   div.className = "msg " + m.role;
-  if (m.role === "assistant") div.innerHTML = renderMarkdown(m.content); else div.textContent = m.content;
+  if (m.role === "assistant") fillReply(div, m); else div.textContent = m.content;
   if (m.error) { const e = document.createElement("div"); e.className = "error"; e.textContent = m.error; div.appendChild(e); }
   return div;
 }
@@ -73,10 +88,11 @@ async function reply() {
     if (!r.ok) throw new Error(await errorText(r));
     await readSSE(r, (event) => {
       const delta = event.choices && event.choices[0] && event.choices[0].delta;
-      if (delta && delta.content) {
+      if (delta && (delta.content || delta.reasoning_content)) {
         tokens += 1;
-        answer.content += delta.content;
-        div.innerHTML = renderMarkdown(answer.content);
+        answer.content += delta.content || "";
+        if (delta.reasoning_content) answer.reasoning = (answer.reasoning || "") + delta.reasoning_content;
+        fillReply(div, answer);
         $("#chat-messages").scrollTop = $("#chat-messages").scrollHeight;
       }
     });

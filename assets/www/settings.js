@@ -11,7 +11,7 @@ const SAMPLER_FIELDS = {
 
 function defaultSettings() {
   return { type: "Nucleus", values: JSON.parse(JSON.stringify(SAMPLER_FIELDS)), max_tokens: 500, stop: "", state: "",
-    format: "text", schema: "", grammar: "" };
+    format: "text", schema: "", grammar: "", think: "" };
 }
 
 const settings = { chat: store.get("settings.chat", defaultSettings()), continue: store.get("settings.continue", defaultSettings()) };
@@ -53,6 +53,15 @@ export function renderSettings(which) {
   if (s.state && !knownStates.some((st) => st.id === s.state)) state.add(new Option(s.state + " (not loaded)", s.state, false, true));
   state.onchange = () => { s.state = state.value; save(); };
   add("initial state", state);
+  if (which === "chat") {
+    // A reasoning model's effort (reasoning_effort); models that do not think ignore it.
+    const think = document.createElement("select");
+    think.name = "think";
+    for (const [value, label] of [["", "model's default"], ["none", "off"], ["low", "a bit"], ["medium", "on"], ["high", "a lot"]])
+      think.add(new Option(label, value, false, value === (s.think || "")));
+    think.onchange = () => { s.think = think.value; save(); };
+    add("think", think);
+  }
   const format = document.createElement("select");
   format.name = "response_format";
   for (const f of ["text", "json_object", "json_schema"]) format.add(new Option(f, f, false, f === (s.format || "text")));
@@ -82,6 +91,7 @@ export function samplingBody(which) {
   const stops = s.stop.split("\n").map((x) => x.replace(/\\n/g, "\n")).filter((x) => x !== "");
   if (stops.length) body.stop = stops;
   if (s.state) body.state = s.state;
+  if (which === "chat" && s.think) body.reasoning_effort = s.think;
   if (s.grammar && s.grammar.trim()) body.bnf_schema = s.grammar;
   if (s.format === "json_object") body.response_format = { type: "json_object" };
   if (s.format === "json_schema") {
