@@ -244,3 +244,16 @@ def test_the_store_survives_a_restart_and_keeps_its_cap(tmp_path):
             c.responses.create(model="tiny", input="More", previous_response_id=second.id, **GREEDY)
         assert spy.sent[0].state is None  # rebuilt from the stored tokens
     assert np.isfinite(state_size)
+
+
+def test_a_server_without_a_store(tmp_path):
+    with make_server(tmp_path, responses="[responses]\nstore = false") as s:
+        c = openai.OpenAI(base_url=s.base_url, api_key="unused", max_retries=0)
+        made = c.responses.create(model="tiny", input="Hi", **GREEDY)
+        checked(made)
+        with pytest.raises(openai.NotFoundError) as e:
+            c.responses.retrieve(made.id)
+        assert "store = false" in e.value.body["message"]
+        r = s.post("/v1/responses", {"model": "tiny", "input": "Hi", "previous_response_id": made.id})
+        assert r.status == 404 and r.json()["error"]["code"] == "not_found"
+    assert not (tmp_path / "responses").exists()

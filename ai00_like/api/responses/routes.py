@@ -53,7 +53,7 @@ def _not_found(response_id: str, param: str | None = None) -> ApiError:
 
 def _store(serving: Serving):
     if serving.responses is None:
-        raise ApiError(404, "This server stores no responses ([responses] max_state_bytes < 0).",
+        raise ApiError(404, "This server stores no responses ([responses] store = false).",
                        code="not_found")
     return serving.responses
 
