@@ -251,6 +251,7 @@ def test_a_server_without_a_store(tmp_path):
         c = openai.OpenAI(base_url=s.base_url, api_key="unused", max_retries=0)
         made = c.responses.create(model="tiny", input="Hi", **GREEDY)
         checked(made)
+        assert made.store is False
         with pytest.raises(openai.NotFoundError) as e:
             c.responses.retrieve(made.id)
         assert "store = false" in e.value.body["message"]

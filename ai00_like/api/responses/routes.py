@@ -159,6 +159,8 @@ async def _keep(serving: Serving, req: CreateResponse, plan: ChatPlan, response:
 
 async def create_response(request: web.Request, serving: Serving):
     req = await decode_body(request, CreateResponse, serving.config.listen.max_body_bytes)
+    if serving.responses is None:  # a server without a store keeps nothing, and says so
+        req = msgspec.structs.replace(req, store=False)
     chat = _as_chat(req)
     messages, items = read_input(req.input)
     if req.instructions:
