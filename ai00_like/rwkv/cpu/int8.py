@@ -7,7 +7,8 @@ product is then
     Σ w·x = step · Σ q·x + low · Σ x
 
 so the kernel multiplies bytes widened to float32 by x, and adds each block's `low` times
-the block's sum of x, computed once per step for all rows. A weight costs one byte to
+the block's sum of x, computed once per step for all rows. The bounds stay the fp16 pairs
+quant.py stored (widened as read): an fp32 copy of them would add 6% to the model. A weight costs one byte to
 read: decoding reads a quarter of fp32's bytes. Prefill widens tiles of rows into fp32 for
 OpenBLAS (ops.linear), as for 16-bit weights.
 
@@ -30,11 +31,11 @@ PREFETCH_ROWS = 8  # as skinny.py: rows asked for ahead of the ones being multip
 
 @dataclass(frozen=True)
 class PackedInt8:
-    """An Int8 matrix as the kernels read it: q [N, K] bytes, low and step [N, K/128] fp32."""
+    """An Int8 matrix as the kernels read it: q [N, K] bytes, and bounds [N, 2·K/128], each
+    block's (low, high) as fp16 bit patterns; both views of the QuantisedMatrix."""
 
     q: np.ndarray
-    low: np.ndarray
-    step: np.ndarray
+    bounds: np.ndarray
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -42,7 +43,7 @@ class PackedInt8:
 
     @property
     def nbytes(self) -> int:
-        return self.q.nbytes + self.low.nbytes + self.step.nbytes
+        return self.q.nbytes + self.bounds.nbytes
 
     @classmethod
     def of(cls, m: QuantisedMatrix) -> PackedInt8 | None:
@@ -51,20 +52,24 @@ class PackedInt8:
         rows, cols = m.shape
         if int8_matmul is None or m.kind != "int8" or cols % INT8_BLOCK:
             return None
-        bounds = m.scales.view(np.float16).astype(np.float32).reshape(-1, 2)[: rows * cols // INT8_BLOCK]
-        low, high = bounds[:, 0].reshape(rows, -1), bounds[:, 1].reshape(rows, -1)
-        return cls(m.packed.view(np.uint8)[: rows * cols].reshape(rows, cols),
-                   np.ascontiguousarray(low), np.ascontiguousarray((high - low) / np.float32(255.0)))
+        bounds = m.scales.view(np.uint16)[: 2 * rows * cols // INT8_BLOCK].reshape(rows, -1)
+        return cls(m.packed.view(np.uint8)[: rows * cols].reshape(rows, cols), bounds)
 
 
 def _build():
     tools = intrinsics.build()
     if tools is None:
         return None, None
-    jit, prange, _, prefetch_rows = tools
+    jit, prange, widen, prefetch_rows = tools
+
+    @jit(parallel=False, inline="always")
+    def low_step(bounds, i, b):  # pragma: no cover - compiled by numba
+        """Block b of row i: w = low + step · q."""
+        low, high = widen(bounds[i, 2 * b]), widen(bounds[i, 2 * b + 1])
+        return low, (high - low) / np.float32(255.0)
 
     @jit
-    def matmul(Q, low, step, x, xsum, out):  # pragma: no cover - compiled by numba
+    def matmul(Q, bounds, x, xsum, out):  # pragma: no cover - compiled by numba
         N, K = Q.shape
         M = x.shape[0]
         for i in prange(N):
@@ -80,7 +85,7 @@ def _build():
                         a1 += q * x[j + 1, k]
                         a2 += q * x[j + 2, k]
                         a3 += q * x[j + 3, k]
-                    st, lo = step[i, b], low[i, b]
+                    lo, st = low_step(bounds, i, b)
                     s0 += st * a0 + lo * xsum[j, b]
                     s1 += st * a1 + lo * xsum[j + 1, b]
                     s2 += st * a2 + lo * xsum[j + 2, b]
@@ -93,16 +98,19 @@ def _build():
                     a = np.float32(0.0)
                     for k in range(b * 128, b * 128 + 128):
                         a += np.float32(Q[i, k]) * x[j, k]
-                    s += step[i, b] * a + low[i, b] * xsum[j, b]
+                    lo, st = low_step(bounds, i, b)
+                    s += st * a + lo * xsum[j, b]
                 out[j, i] = s
                 j += 1
 
     @jit
-    def dequantise(Q, low, step, out):  # pragma: no cover - compiled by numba
+    def dequantise(Q, bounds, out):  # pragma: no cover - compiled by numba
         N, K = Q.shape
         for i in prange(N):
-            for k in range(K):
-                out[i, k] = low[i, k // 128] + step[i, k // 128] * np.float32(Q[i, k])
+            for b in range(K // 128):
+                lo, st = low_step(bounds, i, b)
+                for k in range(b * 128, b * 128 + 128):
+                    out[i, k] = lo + st * np.float32(Q[i, k])
 
     def int8_matmul(x: np.ndarray, w: PackedInt8) -> np.ndarray:
         """x [M, K] · Wᵀ → [M, N] for a few rows of x (a decoding batch)."""
@@ -110,14 +118,14 @@ def _build():
         xsum = x.reshape(x.shape[0], -1, INT8_BLOCK).sum(axis=2)
         out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
         with LAUNCH:
-            matmul(w.q, w.low, w.step, x, xsum, out)
+            matmul(w.q, w.bounds, x, xsum, out)
         return out
 
     def int8_rows(w: PackedInt8, first: int, out: np.ndarray) -> np.ndarray:
         """Rows [first, first + len(out)) of W as float32, into `out`."""
         last = first + out.shape[0]
         with LAUNCH:
-            dequantise(w.q[first:last], w.low[first:last], w.step[first:last], out)
+            dequantise(w.q[first:last], w.bounds[first:last], out)
         return out
 
     return int8_matmul, int8_rows

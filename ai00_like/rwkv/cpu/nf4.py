@@ -30,7 +30,9 @@ PREFETCH_ROWS = 8  # as skinny.py: rows asked for ahead of the ones being multip
 
 @dataclass(frozen=True)
 class PackedNF4:
-    """An NF4 matrix as the kernels read it: q [N, K/2] bytes (two weights each), absmax [N, K/64] fp32."""
+    """An NF4 matrix as the kernels read it: q [N, K/2] bytes (two weights each), absmax
+    [N, K/64] as the fp16 bit patterns quant.py stored (widened as read: an fp32 copy would
+    add 12% to the model); both views of the QuantisedMatrix."""
 
     q: np.ndarray
     absmax: np.ndarray
@@ -50,7 +52,7 @@ class PackedNF4:
         rows, cols = m.shape
         if nf4_matmul is None or m.kind != "nf4" or cols % NF4_BLOCK:
             return None
-        absmax = m.scales.view(np.float16)[: rows * cols // NF4_BLOCK].astype(np.float32).reshape(rows, -1)
+        absmax = m.scales.view(np.uint16)[: rows * cols // NF4_BLOCK].reshape(rows, -1)
         return cls(m.packed.view(np.uint8)[: rows * cols // 2].reshape(rows, cols // 2), absmax)
 
 
@@ -58,7 +60,7 @@ def _build():
     tools = intrinsics.build()
     if tools is None:
         return None, None
-    jit, prange, _, prefetch_rows = tools
+    jit, prange, widen, prefetch_rows = tools
 
     @jit
     def matmul(Q, absmax, levels, x_even, x_odd, out):  # pragma: no cover - compiled by numba
@@ -78,7 +80,7 @@ def _build():
                         a1 += lo * x_even[j + 1, t] + hi * x_odd[j + 1, t]
                         a2 += lo * x_even[j + 2, t] + hi * x_odd[j + 2, t]
                         a3 += lo * x_even[j + 3, t] + hi * x_odd[j + 3, t]
-                    scale = absmax[i, b]
+                    scale = widen(absmax[i, b])
                     s0 += scale * a0
                     s1 += scale * a1
                     s2 += scale * a2
@@ -92,7 +94,7 @@ def _build():
                     for t in range(b * BLOCK_BYTES, b * BLOCK_BYTES + BLOCK_BYTES):
                         byte = Q[i, t]
                         a += levels[byte & 15] * x_even[j, t] + levels[byte >> 4] * x_odd[j, t]
-                    s += absmax[i, b] * a
+                    s += widen(absmax[i, b]) * a
                 out[j, i] = s
                 j += 1
 
@@ -101,7 +103,7 @@ def _build():
         N, half = Q.shape
         for i in prange(N):
             for t in range(half):
-                byte, scale = Q[i, t], absmax[i, t // BLOCK_BYTES]
+                byte, scale = Q[i, t], widen(absmax[i, t // BLOCK_BYTES])
                 out[i, 2 * t] = levels[byte & 15] * scale
                 out[i, 2 * t + 1] = levels[byte >> 4] * scale
 

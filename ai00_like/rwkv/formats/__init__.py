@@ -109,22 +109,39 @@ def cast_for_storage(arr: np.ndarray, dtype: str, name: str, path: str | Path) -
     """A C-contiguous copy (or view) of `arr` in the storage dtype, ready to be written.
 
     bf16 → bf16 copies the bit patterns, so converting an official bf16 checkpoint to
-    bf16 safetensors is exact and never widens to fp32.
+    bf16 safetensors is exact and never widens to fp32. Other conversions go a block at a
+    time, so their fp32 temporaries stay a few MB even for the head of a large model
+    (whole, a 1.5B model's bf16 head widened to 512 MB on its way to fp16).
     """
-    if dtype == "bf16":
-        out = arr if is_bf16(arr) else f32_to_bf16(arr)
-    elif dtype == "fp16":
-        with np.errstate(over="ignore"):  # checked right below
-            out = as_float(arr).astype(np.float16, copy=False)
-        # Released weights stay far below fp16's limit; a file that does not would be
-        # silently broken by the cast, so say so instead.
-        if out.size and np.isinf(out).any() and not np.isinf(as_float(arr)).any():
-            raise ModelFileError(path, f"tensor '{name}' does not fit in fp16 (|x| > {_FP16_MAX:g}); use fp32 or bf16")
-    elif dtype == "fp32":
-        out = as_float(arr).astype(np.float32, copy=False)
-    else:
+    if dtype not in STORAGE_DTYPES:
         raise ValueError(f"unknown storage dtype {dtype!r}; expected one of {STORAGE_DTYPES}")
-    return np.ascontiguousarray(out)
+    target = BF16 if dtype == "bf16" else np.dtype(np.float16 if dtype == "fp16" else np.float32)
+    if arr.dtype == target:
+        return np.ascontiguousarray(arr)
+    source = np.ascontiguousarray(arr).reshape(-1)  # a view of a mapped tensor
+    out = np.empty(arr.shape, dtype=target)
+    flat = out.reshape(-1)
+    for start in range(0, source.size, _CAST_BLOCK):
+        part = source[start : start + _CAST_BLOCK]
+        flat[start : start + _CAST_BLOCK] = _cast(part, dtype, name, path)
+    return out
+
+
+_CAST_BLOCK = 1 << 20  # elements converted at a time
+
+
+def _cast(part: np.ndarray, dtype: str, name: str, path: str | Path) -> np.ndarray:
+    if dtype == "bf16":
+        return f32_to_bf16(part)
+    if dtype == "fp32":
+        return as_float(part).astype(np.float32, copy=False)
+    with np.errstate(over="ignore"):  # checked right below
+        narrowed = as_float(part).astype(np.float16)
+    # Released weights stay far below fp16's limit; a file that does not would be silently
+    # broken by the cast, so say so instead.
+    if np.isinf(narrowed).any() and not np.isinf(as_float(part)).any():
+        raise ModelFileError(path, f"tensor '{name}' does not fit in fp16 (|x| > {_FP16_MAX:g}); use fp32 or bf16")
+    return narrowed
 
 
 def map_file(path: str | Path) -> mmap.mmap:
