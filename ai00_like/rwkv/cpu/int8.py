@@ -59,7 +59,7 @@ class PackedInt8:
 def _build():
     tools = intrinsics.build()
     if tools is None:
-        return None, None
+        return None, None, None
     jit, prange, widen, prefetch_rows = tools
 
     @jit(parallel=False, inline="always")
@@ -128,7 +128,8 @@ def _build():
             dequantise(w.q[first:last], w.bounds[first:last], out)
         return out
 
-    return int8_matmul, int8_rows
+    return int8_matmul, int8_rows, matmul
 
 
-int8_matmul, int8_rows = _build()
+# The compiled kernel itself too, for compiled callers (fused7.py).
+int8_matmul, int8_rows, int8_kernel = _build()

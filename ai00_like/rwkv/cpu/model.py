@@ -17,6 +17,7 @@ from ..quant import QuantisedMatrix
 from ..state import State, StatePool
 from ..weights import as_float32, embedding_rows, file_precision, stored
 from .blocks import Block, Context
+from .fused7 import OneRowLayers
 from .jit import in_passing_thread
 from .ops import SKINNY_ROWS, keeps_16bit, layer_norm, linear, pinned_blas_note, threads_for
 from .skinny import skinny_matmul
@@ -52,6 +53,9 @@ class CpuModel:
             self.blocks.append(Block(tensors, info, i, precision))
             if progress:
                 progress(i + 1, info.n_layer + 1)
+        # A step of one row (decoding batch 1) runs each v7 layer as one compiled call, where
+        # numba has the cores for a single row anyway.
+        self.one_row = OneRowLayers.of(self.blocks) if self.single_row_in_numba else None
         self.ln_out = (vec("ln_out.weight"), vec("ln_out.bias"))
         self.head = stored(tensors["head.weight"], precision, "head.weight", source)
         if progress:
@@ -63,8 +67,13 @@ class CpuModel:
             # numba compiles each kernel for the argument types it first sees (a read-only
             # mapped weight is a type of its own): a 2-slot step on a scratch pool does it
             # now, from numba's on-disk cache after the first run, not in the first batch
-            # of requests.
-            in_passing_thread(self._step, StatePool(info, 2), [StepInput(0, [0]), StepInput(1, [0])])
+            # of requests; a single row too, for the fused layers.
+            in_passing_thread(self._warm_up)
+
+    def _warm_up(self) -> None:
+        pool = StatePool(self.info, 2)
+        self._step(pool, [StepInput(0, [0]), StepInput(1, [0])])
+        self._step(pool, [StepInput(0, [0])])
 
     # ------------------------------------------------------------------ state API
 
@@ -126,6 +135,8 @@ class CpuModel:
     def _layers(self, ids: np.ndarray, plan: BatchPlan, pool: StatePool) -> np.ndarray:
         """The last layer's output of the step's rows: (A, C) for A = len(ids)."""
         x = layer_norm(embedding_rows(self.emb, ids), *self.ln0)
+        if len(ids) == 1 and self.one_row is not None:
+            return self.one_row(x, pool.layers(), plan)
         ctx = Context()
         for block, slots in zip(self.blocks, pool.layers()):
             x = block(x, slots, plan, ctx)

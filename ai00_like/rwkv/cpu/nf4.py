@@ -59,7 +59,7 @@ class PackedNF4:
 def _build():
     tools = intrinsics.build()
     if tools is None:
-        return None, None
+        return None, None, None
     jit, prange, widen, prefetch_rows = tools
 
     @jit
@@ -123,7 +123,8 @@ def _build():
             dequantise(w.q[first:last], w.absmax[first:last], NF4_LEVELS, out)
         return out
 
-    return nf4_matmul, nf4_rows
+    return nf4_matmul, nf4_rows, matmul
 
 
-nf4_matmul, nf4_rows = _build()
+# The compiled kernel itself too, for compiled callers (fused7.py).
+nf4_matmul, nf4_rows, nf4_kernel = _build()

@@ -45,7 +45,7 @@ PREFETCH_ROWS = 8  # how far ahead of the rows being multiplied their successors
 def _build():
     tools = intrinsics.build()
     if tools is None:
-        return None, None
+        return None, None, None
     jit, prange, widen, prefetch_rows = tools
 
     @jit
@@ -124,7 +124,8 @@ def _build():
             widen_all(kernel_view(weight), out)
         return out
 
-    return skinny_matmul, widen_rows
+    return skinny_matmul, widen_rows, skinny
 
 
-skinny_matmul, widen_rows = _build()
+# The compiled kernel itself too, for compiled callers (fused7.py).
+skinny_matmul, widen_rows, skinny_kernel = _build()
