@@ -19,4 +19,12 @@ if ! .venv/bin/python -c "import torch, rwkv" 2>/dev/null; then
   .venv/bin/python -c "import torch, rwkv" 2>/dev/null \
     || echo "note: torch/rwkv not installed; the live reference tests will be skipped"
 fi
+# instructor pins an older jiter than the openai release the suite uses: its test runs it from
+# a virtualenv of its own (tests/test_instructor.py).
+if [ ! -x .venv-instructor/bin/python ] || ! .venv-instructor/bin/python -c "import instructor" 2>/dev/null; then
+  "${PYTHON:-python3}" -m venv .venv-instructor
+  .venv-instructor/bin/pip install -q --disable-pip-version-check instructor 2>&1 | { grep -v "^WARNING: Location" || true; }
+  .venv-instructor/bin/python -c "import instructor" 2>/dev/null \
+    || echo "note: instructor not installed; its test will be skipped"
+fi
 exec .venv/bin/python -m pytest -q "$@"
