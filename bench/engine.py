@@ -16,6 +16,10 @@ both rows are printed.
 
     .venv/bin/python bench/engine.py            # needs torch==2.13.0 and rwkv==0.8.32
     .venv/bin/python bench/engine.py --quick    # a smaller model, for a smoke run
+
+`--llama-cpp` adds llama.cpp's rows to the same run, as an optional anchor (never in CI):
+the same fp32 weights as f16, q8_0 and q4_0 GGUF files, each against our fp32 run. The first
+use builds llama-cpp-python into its own venv (minutes); see bench/llama_cpp.py.
 """
 
 from __future__ import annotations
@@ -143,6 +147,8 @@ def main() -> None:
     parser.add_argument("--precisions", default="bf16,fp16,int8,nf4",
                         help="ours also on the bf16 .pth at these precisions, int8 and nf4 quantising every "
                              "layer at load (default bf16,fp16,int8,nf4; '' for none)")
+    parser.add_argument("--llama-cpp", action="store_true",
+                        help="also llama.cpp on the same weights as f16/q8_0/q4_0 GGUF (builds it once)")
     args = parser.parse_args()
     shape = "quick" if args.quick else "0.1B"
     path, weight_bytes = checkpoint(shape)
@@ -172,6 +178,17 @@ def main() -> None:
         for b in BATCHES:
             row(f"decode batch {b} tok/s", figures["decode_tps"][str(b)], ours["decode_tps"][str(b)])
         row("peak memory MiB", figures["peak_mb"], ours["peak_mb"])
+    llama = None
+    if args.llama_cpp:
+        import llama_cpp as llama_cpp_bench  # bench/llama_cpp.py, not the package
+
+        llama = llama_cpp_bench.measure_all(path, PROMPT, DECODE_STEPS, BATCHES)
+        for t, figures in llama.items():
+            print(f"llama.cpp {t} GGUF of the same weights ({figures['file_mb']:.0f} MiB), against our fp32:")
+            row(f"prefill {PROMPT} tok/s", figures["prefill_tps"], ours["prefill_tps"])
+            for b in BATCHES:
+                row(f"decode batch {b} tok/s", figures["decode_tps"][str(b)], ours["decode_tps"][str(b)])
+            row("peak memory MiB", figures["peak_mb"], ours["peak_mb"])
     if pinned:
         print(f"ours with the environment's OPENBLAS_CORETYPE={pinned_coretype} ({pinned['blas']}):")
         row(f"prefill {PROMPT} tok/s", pinned["prefill_tps"], ref and ref["prefill_tps"])
@@ -192,6 +209,8 @@ def main() -> None:
             "decode_b16_pinned_blas_vs_ref_b1": ref and pinned and pinned["decode_tps"]["16"] / ref_b1,
         },
     }
+    if llama:
+        result["llama_cpp"] = llama
     print(json.dumps(result))
 
 
