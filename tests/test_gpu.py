@@ -397,3 +397,24 @@ def test_subgroup_matrix_vector_kernels(models, entry, x_off):
     got = np.frombuffer(device.queue.read_buffer(y), dtype=np.float32).reshape(rows, M)
     want = np.stack([weights @ xs[x_off + r * stride: x_off + r * stride + K] for r in range(rows)])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("quant_type", ["int8", "nf4"])
+def test_a_prefab_gives_the_same_logits_on_both_backends(quant_type, tmp_path):
+    """The same packed blocks, read by the CPU's kernels (kept packed, fused at batch 1) and by
+    the GPU's shaders: the same logits to within fp32 rounding."""
+    from ai00_like.rwkv import load_model
+    from ai00_like.rwkv.formats.safetensors import write_safetensors
+    from ai00_like.rwkv.quant import quantise_tensors
+
+    path = tmp_path / "prefab.st"
+    tensors = make_checkpoint("7", n_layer=2, n_embd=128, head_size=32, vocab=1000, seed=9)
+    write_safetensors(quantise_tensors(tensors, 2, quant_type), path, dtype="fp32")
+    cpu = load_model(str(path), device="cpu", precision="fp32")
+    gpu = load_model(str(path), device="gpu", precision="fp32")
+    assert type(cpu.blocks[0].channel_mix.W["key"]).__name__ == f"Packed{'Int8' if quant_type == 'int8' else 'NF4'}"
+    prompt = tokens(51, 12, vocab=1000)
+    want, want_ids = greedy(cpu, prompt, 8)
+    got, got_ids = greedy(gpu, prompt, 8)
+    assert max(rel_err(g, w) for g, w in zip(got, want)) < TOLERANCE
+    assert got_ids == want_ids
