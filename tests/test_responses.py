@@ -190,6 +190,22 @@ def test_store_false_keeps_nothing(server, client):
         client.responses.retrieve(made.id)
 
 
+def test_a_stream_left_halfway_stores_nothing(server, client):
+    """The client goes away after the first delta: the response was never completed, so
+    nothing of it is stored, and the server goes on serving."""
+    with client.responses.create(model="tiny", input="Tell me a long story", stream=True, max_output_tokens=200,
+                                 temperature=0) as stream:
+        for event in stream:
+            if event.type == "response.created":
+                ident = event.response.id
+            if event.type == "response.output_text.delta":
+                break
+    for _ in range(50):  # the server notices the closed socket at its next write
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(ident)
+    assert client.responses.create(model="tiny", input="Hi", **GREEDY).status in ("completed", "incomplete")
+
+
 @pytest.mark.parametrize("body, param", [
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}]},
      "input[0].content[0]"),
