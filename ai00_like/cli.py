@@ -67,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve(subparsers)
     add_convert(subparsers)
     add_generate(subparsers)
+    add_pull(subparsers)
     # No command: serve, so that `ai00-like --port 8000` works as Ai00's binary does.
     add_serve_arguments(parser)
     parser.set_defaults(handler=cmd_serve)
@@ -270,3 +271,59 @@ def cmd_generate(args) -> int:
                 return EXIT_USER_ERROR
     finally:
         middleware.close()
+
+
+# --------------------------------------------------------------------------- pull
+
+
+def add_pull(subparsers) -> None:
+    p = subparsers.add_parser(
+        "pull",
+        help="download a released model from the Hugging Face hub",
+        description=(
+            "Download a model into the models folder ([model] path of the config): an alias of "
+            "the catalogue (--list), or REPO/FILE. An interrupted download resumes; the file "
+            "gets its final name only once its SHA-256 matches the hub's. HF_ENDPOINT and "
+            "HF_TOKEN are honoured, for mirrors and gated repositories."
+        ),
+    )
+    p.add_argument("name", nargs="?", help="alias (e.g. rwkv7-g1-1.5b) or REPO/FILE")
+    p.add_argument("--list", action="store_true", help="list the catalogue and what fits this machine's memory")
+    p.add_argument("--dir", type=Path, default=None, help="folder to write to (default: [model] path of the config)")
+    p.add_argument("-c", "--config", type=Path, default=None, help="config file (default: ./config.toml)")
+    p.set_defaults(handler=cmd_pull)
+
+
+def cmd_pull(args) -> int:
+    from .config import ConfigError, load_config
+    from .hub.catalogue import UnknownModel, load_catalogue, resolve
+    from .hub.download import PullError, pull
+    from .rwkv.memory import available_bytes
+
+    free = available_bytes()
+    if args.list:
+        print(f"{'alias':18}{'params':>7}{'size':>10}  {'fits here as':13}file")
+        for m in load_catalogue():
+            print(f"{m.alias:18}{m.params:>7}{m.size / 1e9:>8.2f}GB  {m.recommended(free) or 'too large':13}"
+                  f"{m.repo}/{m.file}")
+        return 0
+    if not args.name:
+        print(f"{PROG}: error: pull: give a model name or --list", file=sys.stderr)
+        return EXIT_USER_ERROR
+    try:
+        folder = args.dir
+        if folder is None:
+            config = load_config(args.config)
+            folder = config.resolve(config.model.path)
+        repo, filename, model = resolve(args.name)
+        path = pull(repo, filename, folder)
+    except (ConfigError, UnknownModel, PullError) as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    print(path)
+    if model is not None:
+        precision = model.recommended(free)
+        advice = f'precision = "{precision}"' if precision in ("bf16", None) else f'quant = 1000, quant_type = "{precision}"'
+        print(f'to serve it, in [model] of config.toml: name = "{path.name}", thinking = "{model.thinking}", '
+              f"{advice if precision else 'it is larger than the free memory'}")
+    return 0

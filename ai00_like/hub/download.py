@@ -1,0 +1,89 @@
+"""Fetching a model file from the Hugging Face hub (or a mirror: `HF_ENDPOINT`; gated
+repositories: `HF_TOKEN`) into the models folder, with huggingface_hub.
+
+The download goes to `.downloads/NAME.part` inside the folder, appended to from where it
+stopped: huggingface_hub's `http_get` resumes a connection that breaks within one pull, and
+the next pull resumes what a killed or failed one left. Once whole, the file's SHA-256 is
+checked against the hub's and only then is it renamed to its final name. So a file under
+its final name is always whole and verified, and an interrupted pull costs only what was
+left.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+STAGING = ".downloads"
+_SHA256_HEX = 64
+
+
+class PullError(Exception):
+    """Why a pull failed, in one line."""
+
+
+def pull(repo: str, filename: str, folder: Path) -> Path:
+    """Download `filename` of `repo` into `folder` (made if missing) and return its path."""
+    import huggingface_hub
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.errors import EntryNotFoundError, GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
+    from huggingface_hub.file_download import http_get
+    from huggingface_hub.utils import build_hf_headers
+
+    huggingface_hub.utils.logging.set_verbosity_error()  # its retry warnings: our one line says it all
+    where = f"{repo}/{filename} at {constants.ENDPOINT}"
+    final = folder / Path(filename).name
+    part = folder / STAGING / f"{final.name}.part"
+    try:
+        metadata = get_hf_file_metadata(hf_hub_url(repo, filename))
+        if final.exists():
+            if final.stat().st_size == metadata.size and _matches(final, metadata.etag):
+                return final
+            raise PullError(f"{final} exists and is not the hub's {filename}: move it away first")
+        part.parent.mkdir(parents=True, exist_ok=True)
+        with open(part, "ab") as f:
+            if f.tell() > metadata.size:  # not this file's beginning: start over
+                f.truncate(0)
+            http_get(metadata.location, f, resume_size=f.tell(), headers=build_hf_headers(),
+                     expected_size=metadata.size, displayed_filename=final.name)
+    except (RepositoryNotFoundError, EntryNotFoundError, GatedRepoError) as e:
+        kind = "gated (set HF_TOKEN)" if isinstance(e, GatedRepoError) else "not on the hub"
+        raise PullError(f"{where} is {kind}") from None
+    except HfHubHTTPError as e:
+        raise PullError(f"the hub refused {where}: {_first_line(e)}") from None
+    except PullError:
+        raise
+    except Exception as e:  # the connection's and the disk's errors, whatever httpx's version calls them
+        raise PullError(f"could not download {where}: {type(e).__name__}: {_first_line(e)} (a retry resumes)") from None
+    if not _matches(part, metadata.etag):
+        part.unlink()
+        raise PullError(f"{filename} from {constants.ENDPOINT} does not match the hub's SHA-256; it was removed")
+    os.replace(part, final)
+    _tidy(part.parent)
+    return final
+
+
+def _matches(path: Path, etag: str | None) -> bool:
+    """Whether the file's SHA-256 is the hub's. A large (LFS) file's ETag is its SHA-256;
+    a small file's is git's blob hash, which says nothing here: then only the size was
+    checked."""
+    if not etag or len(etag) != _SHA256_HEX:
+        return True
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest() == etag
+
+
+def _tidy(staging: Path) -> None:
+    """Remove the staging folder once no unfinished download is left in it."""
+    if not any(staging.iterdir()):
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
