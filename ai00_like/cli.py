@@ -314,7 +314,7 @@ def cmd_pull(args) -> int:
         folder = args.dir
         if folder is None:
             config = load_config(args.config)
-            folder = config.resolve(config.model.path)
+            folder = config.model_dir
         repo, filename, model = resolve(args.name)
         path = pull(repo, filename, folder)
     except (ConfigError, UnknownModel, PullError) as e:

@@ -15,6 +15,7 @@ import collections
 import json
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -96,7 +97,12 @@ def short_of_requests(requests: collections.Counter, expected: dict[str, bool]) 
     return {label: requests[label] for label, varied in expected.items() if varied and requests[label] < MIN_PER_ROUTE}
 
 
-def test_fuzzing_every_route_finds_no_server_error_and_no_hang(tmp_path):
+def test_fuzzing_every_route_finds_no_server_error_and_no_hang(tmp_path, monkeypatch):
+    # A fuzzed POST /admin/models/pull of a REPO/FILE name starts a download: to a closed port
+    # on the loopback, never to the real hub.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{s.getsockname()[1]}")
     write_model(tmp_path / "tiny.st")
     # Small limits keep generated requests quick: most fuzzed max_tokens are refused (400).
     config = config_for(tmp_path, listen_extra="max_prompt_tokens = 2048")

@@ -6,16 +6,13 @@ under the final name; a different file already there is never overwritten."""
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import os
-import socket
 import subprocess
 import sys
-import threading
+import time
 
 import pytest
-from aiohttp import web
+from hub_helpers import StandInHub, free_port
 
 from ai00_like.hub.catalogue import load_catalogue, resolve
 
@@ -27,67 +24,9 @@ REPO, FILE = "BlinkDL/rwkv7-g1", "rwkv7-g1d-0.1b-20260129-ctx8192.pth"  # the ca
 DATA = os.urandom(24_000_000)
 
 
-class StandInHub:
-    """The hub's `resolve` route for one file: HEAD gives its size, commit and SHA-256 (as an
-    LFS file's ETag), GET its bytes from any Range start. `cut` breaks the next download off
-    halfway (`cut` times: huggingface_hub retries a broken download itself, five times
-    without progress); `corrupt` serves other bytes than the SHA-256 says."""
-
-    def __init__(self):
-        self.cut, self.corrupt = 0, False
-        self.ranges: list[int] = []
-        self.port = _free_port()
-        self._loop = asyncio.new_event_loop()
-        self._started = threading.Event()
-        threading.Thread(target=self._run, daemon=True).start()
-        assert self._started.wait(10)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def _run(self):
-        asyncio.set_event_loop(self._loop)
-        app = web.Application()
-        app.router.add_route("*", "/{owner}/{repo}/resolve/{revision}/{path:.*}", self._resolve)
-        runner = web.AppRunner(app)
-        self._loop.run_until_complete(runner.setup())
-        self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
-        self._started.set()
-        self._loop.run_forever()
-
-    async def _resolve(self, request: web.Request):
-        if f"{request.match_info['owner']}/{request.match_info['repo']}" != REPO or request.match_info["path"] != FILE:
-            return web.Response(status=404, headers={"X-Error-Code": "EntryNotFound"}, text="Entry not found")
-        sha = hashlib.sha256(DATA).hexdigest()
-        headers = {"ETag": f'"{sha}"', "X-Linked-Etag": f'"{sha}"', "X-Repo-Commit": "c0ffee" * 6 + "c0ff",
-                   "X-Linked-Size": str(len(DATA)), "Accept-Ranges": "bytes"}
-        if request.method == "HEAD":
-            return web.Response(headers={**headers, "Content-Length": str(len(DATA))})
-        start = int(request.headers.get("Range", "bytes=0-").split("=")[1].split("-")[0])
-        self.ranges.append(start)
-        body = bytes(255 - b for b in DATA) if self.corrupt else DATA
-        response = web.StreamResponse(status=206 if start else 200,
-                                      headers={**headers, "Content-Length": str(len(DATA) - start)})
-        await response.prepare(request)
-        if self.cut:
-            self.cut -= 1
-            await response.write(body[start : start + (len(DATA) - start) // 2])
-            request.transport.close()  # the connection drops mid-file
-            return response
-        await response.write(body[start:])
-        return response
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def hub():
-    return StandInHub()
+    return StandInHub(REPO, FILE, DATA)
 
 
 def pull(endpoint: str, name: str, folder, home) -> subprocess.CompletedProcess:
@@ -155,7 +94,7 @@ def test_what_is_not_there_is_one_line(hub, tmp_path, name, words):
 
 
 def test_an_unreachable_hub_is_one_line(tmp_path):
-    failed = pull(f"http://127.0.0.1:{_free_port()}", "rwkv7-g1-0.1b", tmp_path / "models", tmp_path)
+    failed = pull(f"http://127.0.0.1:{free_port()}", "rwkv7-g1-0.1b", tmp_path / "models", tmp_path)
     assert failed.returncode == 2 and failed.stderr.count("\n") == 1 and "could not download" in failed.stderr
 
 
@@ -166,3 +105,59 @@ def test_a_different_file_under_the_name_is_kept(hub, tmp_path):
     failed = pull(hub.url, "rwkv7-g1-0.1b", tmp_path / "models", tmp_path)
     assert failed.returncode == 2 and "move it away" in failed.stderr
     assert mine.read_bytes() == b"my own weights"
+
+
+# ------------------------------------------------------------------ the server's downloads (the page's panel)
+
+
+@pytest.fixture()
+def server(hub, tmp_path, monkeypatch):
+    import httpx
+
+    from api_helpers import ServerThread, config_for
+
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)  # the server runs in this process
+    with ServerThread(config_for(tmp_path / "models", model=""), wait_for_load=False) as s:
+        with httpx.Client(base_url=s.base_url.removesuffix("/v1"), timeout=30) as client:
+            yield s, client
+
+
+def wait_done(client, ident: str) -> dict:
+    for _ in range(300):  # 30 s at most
+        job = next(j for j in client.get("/admin/models/pull").json() if j["id"] == ident)
+        if job["status"] != "running":
+            return job
+        time.sleep(0.1)
+    raise AssertionError("the download did not end")
+
+
+def test_the_server_downloads_a_catalogue_model(server, tmp_path):
+    _, client = server
+    listed = {m["alias"]: m for m in client.get("/api/models/catalogue").json()}
+    assert listed["rwkv7-g1-0.1b"]["file"] == FILE and listed["rwkv7-g1-0.1b"]["downloaded"] is False
+    assert listed["rwkv7-g1-0.1b"]["fits"] in ("bf16", "int8", "nf4")
+    started = client.post("/admin/models/pull", json={"name": "rwkv7-g1-0.1b"})
+    assert started.status_code == 200 and started.json()["status"] == "running"
+    done = wait_done(client, started.json()["id"])
+    assert done["status"] == "done" and done["bytes"] == done["total"] == len(DATA)
+    assert done["path"] == str(tmp_path / "models" / FILE) and done["thinking"] == "effort"
+    assert (tmp_path / "models" / FILE).read_bytes() == DATA
+    assert {m["alias"]: m for m in client.get("/api/models/catalogue").json()}["rwkv7-g1-0.1b"]["downloaded"]
+
+
+def test_a_failed_server_download_says_why(server, hub, tmp_path):
+    _, client = server
+    hub.corrupt = True
+    try:
+        started = client.post("/admin/models/pull", json={"name": f"{REPO}/{FILE}"}).json()
+        done = wait_done(client, started["id"])
+    finally:
+        hub.corrupt = False
+    assert done["status"] == "failed" and "SHA-256" in done["error"]
+    assert not (tmp_path / "models" / FILE).exists()
+
+
+def test_an_unknown_name_is_a_400(server):
+    _, client = server
+    refused = client.post("/admin/models/pull", json={"name": "no-such-model"})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "name"

@@ -767,3 +767,29 @@ def test_think_control_and_the_thinking_folded_under_the_reply(page, server):
         assert all("reasoning" not in m and "<think>" not in m["content"] for m in sent[-1]["messages"])
     finally:
         server.call(server.serving.load(spec))
+
+
+# ------------------------------------------------------------------------------ downloads
+
+
+def test_a_model_downloads_with_a_live_bar_and_loads_in_one_click(browser, tmp_path, monkeypatch):
+    from hub_helpers import StandInHub
+
+    from api_helpers import write_model
+
+    file = "rwkv7-g1d-0.1b-20260129-ctx8192.pth"  # the catalogue's rwkv7-g1-0.1b, here a small real model
+    hub = StandInHub("BlinkDL/rwkv7-g1", file, write_model(tmp_path / "model.st").read_bytes())
+    hub.slow = True
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    extra = f'[tokenizer]\npath = "{DEMO / "demo_vocab.txt"}"\n[web]\npath = "{WWW}"\n'
+    with ServerThread(config_for(tmp_path / "models", extra, model=""), wait_for_load=False) as server, \
+            open_page(browser, server, tmp_path) as page:
+        page.click("#tab-models")
+        row = page.locator('#download-table tr[data-alias="rwkv7-g1-0.1b"]')
+        row.locator("button.download").click()
+        row.locator("progress").wait_for()  # the live bar while it downloads
+        page.screenshot(path=page.shots / "downloading.png")
+        row.locator("button.load-downloaded").click()
+        page.locator("#download-result", has_text="Loaded").wait_for()
+        assert server.get("/api/models/info").json()["reload"]["model_path"] == file
+        page.locator(f'#models-table tr[data-path="{file}"]').wait_for()  # the file list caught up

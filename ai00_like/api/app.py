@@ -24,7 +24,7 @@ from aiohttp import web
 from ..config import Config
 from ..middleware import Middleware
 from . import auth, files, logs, ops
-from .ai00 import admin
+from .ai00 import admin, downloads
 from .ai00 import models as ai00_models
 from .ai00 import types as ai00
 from .errors import error_middleware
@@ -82,6 +82,12 @@ AI00_ROUTES = [
     Route("GET", "/admin/models/unload", admin.unload, "Unload the model", returns=ai00.ServerStatus),
     Route("POST", "/admin/models/unload", admin.unload, "Unload the model", returns=ai00.ServerStatus),
     Route("POST", "/admin/models/save", admin.save, "Write the loaded model (LoRAs merged) as safetensors in the models folder", body=ai00.SaveRequest),
+    Route("GET", "/api/models/catalogue", downloads.catalogue,
+          "Released models, what fits this machine and what is downloaded (ours)", returns=list[ai00.CatalogueModel]),
+    Route("POST", "/admin/models/pull", downloads.pull_start, "Download a model from the hub into the models folder (ours)",
+          body=ai00.PullRequest, returns=ai00.Download),
+    Route("GET", "/admin/models/pull", downloads.pull_list, "The downloads and their progress (ours)",
+          returns=list[ai00.Download]),
     # File-system helpers (Ai00 §1.9), every path confined to the exposed folders (files.py).
     Route("GET", "/admin/files/roots", files.files_roots, "The folders the file routes take (ours)",
           returns=files.Roots),

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from ..config import Config
+from ..hub.jobs import Downloads
 from ..messages import Failed, GetInfo, Load, Loaded, ModelInfoEvent, ModelSpec, Unload
 from ..middleware import Middleware
 from ..response_store import ResponseStore
@@ -46,6 +47,7 @@ class Serving:
         self._no_runs = asyncio.Event()
         self._no_runs.set()
         self.hurry = asyncio.Event()  # set by a second signal: end the grace period now
+        self.downloads = Downloads(config.model_dir)  # the page's pulls from the hub
         section = config.responses
         self.responses = ResponseStore(config.resolve(section.path), section.max_state_bytes) \
             if section.store else None

@@ -24,8 +24,14 @@ class PullError(Exception):
     """Why a pull failed, in one line."""
 
 
-def pull(repo: str, filename: str, folder: Path) -> Path:
-    """Download `filename` of `repo` into `folder` (made if missing) and return its path."""
+def partial_path(folder: Path, filename: str) -> Path:
+    """Where a download of `filename` into `folder` grows until it is whole."""
+    return folder / STAGING / f"{Path(filename).name}.part"
+
+
+def pull(repo: str, filename: str, folder: Path, on_size=None) -> Path:
+    """Download `filename` of `repo` into `folder` (made if missing) and return its path.
+    `on_size(bytes)` hears the file's size once the hub has given it."""
     import huggingface_hub
     from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
     from huggingface_hub.errors import EntryNotFoundError, GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
@@ -33,11 +39,15 @@ def pull(repo: str, filename: str, folder: Path) -> Path:
     from huggingface_hub.utils import build_hf_headers
 
     huggingface_hub.utils.logging.set_verbosity_error()  # its retry warnings: our one line says it all
-    where = f"{repo}/{filename} at {constants.ENDPOINT}"
+    # HF_ENDPOINT read now, not when huggingface_hub was imported: a server's pulls follow it.
+    endpoint = os.environ.get("HF_ENDPOINT", "").rstrip("/") or constants.ENDPOINT
+    where = f"{repo}/{filename} at {endpoint}"
     final = folder / Path(filename).name
-    part = folder / STAGING / f"{final.name}.part"
+    part = partial_path(folder, filename)
     try:
-        metadata = get_hf_file_metadata(hf_hub_url(repo, filename))
+        metadata = get_hf_file_metadata(hf_hub_url(repo, filename, endpoint=endpoint))
+        if on_size is not None:
+            on_size(metadata.size)
         if final.exists():
             if final.stat().st_size == metadata.size and _matches(final, metadata.etag):
                 return final
@@ -59,7 +69,7 @@ def pull(repo: str, filename: str, folder: Path) -> Path:
         raise PullError(f"could not download {where}: {type(e).__name__}: {_first_line(e)} (a retry resumes)") from None
     if not _matches(part, metadata.etag):
         part.unlink()
-        raise PullError(f"{filename} from {constants.ENDPOINT} does not match the hub's SHA-256; it was removed")
+        raise PullError(f"{filename} from {endpoint} does not match the hub's SHA-256; it was removed")
     os.replace(part, final)
     _tidy(part.parent)
     return final

@@ -2,6 +2,7 @@
 // and load options), unloading, and saving the loaded model as a file.
 import { $, describeModel, escapeHTML, humanSize } from "./dom.js";
 import { callInto, getJSON } from "./api.js";
+import { refreshDownloads } from "./download.js";
 import { renderLoaded } from "./loaded-model.js";
 import { renderSettings } from "./settings.js";
 
@@ -114,4 +115,5 @@ export function setupModels() {
 export function showModelsTab() {
   listAdapters();
   refreshModels().catch((e) => { $("#loaded-info").textContent = e.message; });
+  refreshDownloads(() => refreshModels()).catch((e) => { $("#download-result").textContent = e.message; });
 }

@@ -126,3 +126,36 @@ class SaveResponse(msgspec.Struct, kw_only=True):
     path: str  # relative to the models folder
     bytes: int
 
+
+
+class CatalogueModel(msgspec.Struct, kw_only=True):
+    """One released model of GET /api/models/catalogue (ours)."""
+
+    alias: str
+    repo: str
+    file: str
+    params: str
+    size: int  # the file's bytes, roughly
+    thinking: str  # the [model] thinking mode it wants
+    fits: str | None  # the precision it fits this machine's free memory in: bf16, int8, nf4; None: too large
+    downloaded: bool  # already in the models folder
+
+
+class PullRequest(msgspec.Struct, kw_only=True):
+    name: str  # an alias of the catalogue, or REPO/FILE on the hub
+
+
+class Download(msgspec.Struct, kw_only=True):
+    """A download the server runs (POST and GET /admin/models/pull, ours)."""
+
+    id: str
+    name: str
+    repo: str
+    file: str
+    status: str  # running, done or failed
+    bytes: int
+    total: int | None
+    path: str | None = None  # where it landed, once done
+    error: str | None = None  # why it failed
+    fits: str | None = None  # as in the catalogue, for a catalogue model
+    thinking: str | None = None

@@ -1,0 +1,81 @@
+"""A stand-in of the Hugging Face hub on the loopback, for `pull` and the page's downloads."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import socket
+import threading
+
+from aiohttp import web
+
+
+class StandInHub:
+    """The hub's `resolve` route for one file: HEAD gives its size, commit and SHA-256 (as an
+    LFS file's ETag), GET its bytes from any Range start. `cut` breaks the next download off
+    halfway (`cut` times: huggingface_hub retries a broken download itself, five times
+    without progress); `corrupt` serves other bytes than the SHA-256 says; `slow` takes two
+    seconds over a download."""
+
+    def __init__(self, repo: str, file: str, data: bytes):
+        self.repo, self.file, self.data = repo, file, data
+        self.cut, self.corrupt, self.slow = 0, False, False
+        self.ranges: list[int] = []
+        self.port = free_port()
+        self._loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+        assert self._started.wait(10)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _run(self):
+        asyncio.set_event_loop(self._loop)
+        app = web.Application()
+        app.router.add_route("*", "/{owner}/{repo}/resolve/{revision}/{path:.*}", self._resolve)
+        runner = web.AppRunner(app)
+        self._loop.run_until_complete(runner.setup())
+        self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
+        self._started.set()
+        self._loop.run_forever()
+
+    async def _resolve(self, request: web.Request):
+        repo = f"{request.match_info['owner']}/{request.match_info['repo']}"
+        if repo != self.repo or request.match_info["path"] != self.file:
+            return web.Response(status=404, headers={"X-Error-Code": "EntryNotFound"}, text="Entry not found")
+        sha = hashlib.sha256(self.data).hexdigest()
+        headers = {"ETag": f'"{sha}"', "X-Linked-Etag": f'"{sha}"', "X-Repo-Commit": "c0ffee" * 6 + "c0ff",
+                   "X-Linked-Size": str(len(self.data)), "Accept-Ranges": "bytes"}
+        if request.method == "HEAD":
+            return web.Response(headers={**headers, "Content-Length": str(len(self.data))})
+        start = int(request.headers.get("Range", "bytes=0-").split("=")[1].split("-")[0])
+        self.ranges.append(start)
+        body = bytes(255 - b for b in self.data) if self.corrupt else self.data
+        response = web.StreamResponse(status=206 if start else 200,
+                                      headers={**headers, "Content-Length": str(len(self.data) - start)})
+        await response.prepare(request)
+        if self.cut:
+            self.cut -= 1
+            await response.write(body[start : start + (len(self.data) - start) // 2])
+            request.transport.close()  # the connection drops mid-file
+            return response
+        step = len(body) // 20 if self.slow else len(body)  # slow: in 20 pieces over 2 s
+        for at in range(start, len(body), step):
+            await response.write(body[at : at + step])
+            if self.slow:
+                await asyncio.sleep(0.1)
+        return response
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
