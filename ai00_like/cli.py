@@ -291,6 +291,11 @@ def add_pull(subparsers) -> None:
     p.add_argument("--list", action="store_true", help="list the catalogue and what fits this machine's memory")
     p.add_argument("--dir", type=Path, default=None, help="folder to write to (default: [model] path of the config)")
     p.add_argument("-c", "--config", type=Path, default=None, help="config file (default: ./config.toml)")
+    p.add_argument("--convert", choices=("fp16", "bf16", "fp32"), default=None,
+                   help="also write it as safetensors of this dtype beside it (as `convert`)")
+    p.add_argument("--quant", type=int, default=0, metavar="N",
+                   help="also write it as safetensors with the first N layers quantised (as `convert --quant`)")
+    p.add_argument("--quant-type", choices=("int8", "nf4"), default="int8")
     p.set_defaults(handler=cmd_pull)
 
 
@@ -321,6 +326,12 @@ def cmd_pull(args) -> int:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR
     print(path)
+    if args.convert or args.quant:
+        converted = argparse.Namespace(input=path, output=None, dtype=args.convert or "bf16", layout="official",
+                                       quant=args.quant, quant_type=args.quant_type, force=False)
+        if code := cmd_convert(converted):
+            return code
+        path = path.with_suffix(".st")
     if model is not None:
         precision = model.recommended(free)
         advice = f'precision = "{precision}"' if precision in ("bf16", None) else f'quant = 1000, quant_type = "{precision}"'

@@ -161,3 +161,20 @@ def test_an_unknown_name_is_a_400(server):
     _, client = server
     refused = client.post("/admin/models/pull", json={"name": "no-such-model"})
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "name"
+
+
+def test_a_pull_can_be_converted_at_once(tmp_path):
+    from api_helpers import write_model
+
+    from ai00_like.rwkv import load_model
+
+    model_file = "rwkv7-g1a-0.1b-20250728-ctx4096.pth"  # a real (small) model under a catalogue name
+    hub = StandInHub(REPO, model_file, write_model(tmp_path / "model.st").read_bytes())
+    done = subprocess.run([sys.executable, "-m", "ai00_like", "pull", "rwkv7-g1a-0.1b", "--dir", str(tmp_path / "models"),
+                           "--quant", "1", "--quant-type", "nf4"], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path), HF_HUB_DISABLE_PROGRESS_BARS="1"))
+    assert done.returncode == 0, done.stderr
+    written = tmp_path / "models" / "rwkv7-g1a-0.1b-20250728-ctx4096.st"
+    assert f'name = "{written.name}"' in done.stdout
+    model = load_model(str(written))
+    assert type(model.blocks[0].channel_mix.W["key"]).__name__ == "PackedNF4"  # loads back quantised
