@@ -96,6 +96,7 @@ class ResponsesSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
 
 class WebSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     path: str = "assets/www"  # a folder, or a .zip unpacked at start (Ai00 ships index.zip)
+    open_browser: bool = True  # the double-click start (launcher.py) opens the page
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
