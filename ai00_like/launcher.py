@@ -29,24 +29,25 @@ log = logging.getLogger("ai00_like.launcher")
 LOG_FILE = "ai00-like.log"
 PORT_TRIES = 20
 # What a release serves when its folder has no config.toml: the bundled demo model and the
-# page, from the assets/ folder beside it. config.toml in the repository documents every key.
+# page, from the assets/ folder beside it (a release), or else the package's own (pip).
+# config.toml in the repository documents every key.
 DEFAULT_CONFIG = """\
 # Written by ai00-like on first start. Every key is documented in the project's config.toml.
 [model]
-path = "assets/models"
+path = '{assets}/models'
 name = "demo.st"
 thinking = "effort"
 reasoning_effort = "none"
 
 [tokenizer]
-path = "assets/models/demo_vocab.txt"
+path = '{assets}/models/demo_vocab.txt'
 
 [listen]
 ip = "127.0.0.1"
 port = 65530
 
 [web]
-path = "assets/www"
+path = '{assets}/www'
 open_browser = true
 """
 
@@ -94,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = home()
     os.environ.setdefault("NUMBA_CACHE_DIR", str(folder / ".cache" / "numba"))
     from .api.app import ApiStartError, serve_forever
+    from .assets import assets_root
     from .api.logs import configure_logging
     from .config import ConfigError, load_config
 
@@ -103,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger().addHandler(file_log)
     config_file = folder / "config.toml"
     if not config_file.exists():
-        config_file.write_text(DEFAULT_CONFIG, encoding="utf-8")
+        assets = "assets" if (folder / "assets").is_dir() else assets_root().as_posix()
+        config_file.write_text(DEFAULT_CONFIG.format(assets=assets), encoding="utf-8")
         log.info("wrote a default %s", config_file)
     try:
         config = load_config(config_file)

@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
+from ...assets import assets_root
 from .errors import TokenizerError
 
 WORLD_VOCAB_NAME = "rwkv_vocab_v20230424"
@@ -20,7 +21,7 @@ WORLD_VOCAB_NAME = "rwkv_vocab_v20230424"
 
 def default_tokenizer_path() -> Path:
     """The shipped RWKV World vocabulary (``assets/tokenizer/rwkv_vocab_v20230424.txt``)."""
-    return Path(__file__).resolve().parents[3] / "assets" / "tokenizer" / f"{WORLD_VOCAB_NAME}.txt"
+    return assets_root() / "tokenizer" / f"{WORLD_VOCAB_NAME}.txt"
 
 
 def read_world_vocab(path: str | Path) -> dict[int, bytes]:
