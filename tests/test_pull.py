@@ -95,7 +95,7 @@ def test_what_is_not_there_is_one_line(hub, tmp_path, name, words):
 
 def test_an_unreachable_hub_is_one_line(tmp_path):
     failed = pull(f"http://127.0.0.1:{free_port()}", "rwkv7-g1-0.1b", tmp_path / "models", tmp_path)
-    assert failed.returncode == 2 and failed.stderr.count("\n") == 1 and "could not download" in failed.stderr
+    assert failed.returncode == 2 and failed.stderr.count("\n") == 1 and "could not reach the hub" in failed.stderr
 
 
 def test_a_different_file_under_the_name_is_kept(hub, tmp_path):
@@ -157,10 +157,16 @@ def test_a_failed_server_download_says_why(server, hub, tmp_path):
     assert not (tmp_path / "models" / FILE).exists()
 
 
-def test_an_unknown_name_is_a_400(server):
+def test_what_cannot_be_pulled_is_refused_at_once(server, monkeypatch):
     _, client = server
     refused = client.post("/admin/models/pull", json={"name": "no-such-model"})
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "name"
+    missing = client.post("/admin/models/pull", json={"name": f"{REPO}/no-such-file.pth"})
+    assert missing.status_code == 404 and "not on the hub" in missing.json()["error"]["message"]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")  # the hub is away
+    away = client.post("/admin/models/pull", json={"name": "rwkv7-g1-0.1b"})
+    assert away.status_code == 400 and away.json()["error"]["code"] == "hub_unreachable"
+    assert client.get("/admin/models/pull").json() == []  # nothing was started
 
 
 def test_a_pull_can_be_converted_at_once(tmp_path):

@@ -21,7 +21,11 @@ _SHA256_HEX = 64
 
 
 class PullError(Exception):
-    """Why a pull failed, in one line."""
+    """Why a pull failed, in one line; `missing` when the hub has no such file."""
+
+    def __init__(self, message: str, *, missing: bool = False):
+        super().__init__(message)
+        self.missing = missing
 
 
 def partial_path(folder: Path, filename: str) -> Path:
@@ -29,44 +33,53 @@ def partial_path(folder: Path, filename: str) -> Path:
     return folder / STAGING / f"{Path(filename).name}.part"
 
 
-def pull(repo: str, filename: str, folder: Path, on_size=None) -> Path:
-    """Download `filename` of `repo` into `folder` (made if missing) and return its path.
-    `on_size(bytes)` hears the file's size once the hub has given it."""
+def hub_file(repo: str, filename: str):
+    """The hub's metadata of the file (size, SHA-256, where to get it), and the endpoint
+    asked: raises PullError with `missing` set when the hub has no such file."""
     import huggingface_hub
     from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
     from huggingface_hub.errors import EntryNotFoundError, GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
-    from huggingface_hub.file_download import http_get
-    from huggingface_hub.utils import build_hf_headers
 
     huggingface_hub.utils.logging.set_verbosity_error()  # its retry warnings: our one line says it all
     # HF_ENDPOINT read now, not when huggingface_hub was imported: a server's pulls follow it.
     endpoint = os.environ.get("HF_ENDPOINT", "").rstrip("/") or constants.ENDPOINT
     where = f"{repo}/{filename} at {endpoint}"
+    try:
+        return get_hf_file_metadata(hf_hub_url(repo, filename, endpoint=endpoint)), endpoint
+    except (RepositoryNotFoundError, EntryNotFoundError, GatedRepoError) as e:
+        kind = "gated (set HF_TOKEN)" if isinstance(e, GatedRepoError) else "not on the hub"
+        raise PullError(f"{where} is {kind}", missing=True) from None
+    except HfHubHTTPError as e:
+        raise PullError(f"the hub refused {where}: {_first_line(e)}") from None
+    except Exception as e:  # the connection's errors, whatever httpx's version calls them
+        raise PullError(f"could not reach the hub for {where}: {type(e).__name__}: {_first_line(e)}") from None
+
+
+def pull(repo: str, filename: str, folder: Path, on_size=None) -> Path:
+    """Download `filename` of `repo` into `folder` (made if missing) and return its path.
+    `on_size(bytes)` hears the file's size once the hub has given it."""
+    from huggingface_hub.file_download import http_get
+    from huggingface_hub.utils import build_hf_headers
+
+    metadata, endpoint = hub_file(repo, filename)
+    if on_size is not None:
+        on_size(metadata.size)
     final = folder / Path(filename).name
     part = partial_path(folder, filename)
+    if final.exists():
+        if final.stat().st_size == metadata.size and _matches(final, metadata.etag):
+            return final
+        raise PullError(f"{final} exists and is not the hub's {filename}: move it away first")
     try:
-        metadata = get_hf_file_metadata(hf_hub_url(repo, filename, endpoint=endpoint))
-        if on_size is not None:
-            on_size(metadata.size)
-        if final.exists():
-            if final.stat().st_size == metadata.size and _matches(final, metadata.etag):
-                return final
-            raise PullError(f"{final} exists and is not the hub's {filename}: move it away first")
         part.parent.mkdir(parents=True, exist_ok=True)
         with open(part, "ab") as f:
             if f.tell() > metadata.size:  # not this file's beginning: start over
                 f.truncate(0)
             http_get(metadata.location, f, resume_size=f.tell(), headers=build_hf_headers(),
                      expected_size=metadata.size, displayed_filename=final.name)
-    except (RepositoryNotFoundError, EntryNotFoundError, GatedRepoError) as e:
-        kind = "gated (set HF_TOKEN)" if isinstance(e, GatedRepoError) else "not on the hub"
-        raise PullError(f"{where} is {kind}") from None
-    except HfHubHTTPError as e:
-        raise PullError(f"the hub refused {where}: {_first_line(e)}") from None
-    except PullError:
-        raise
     except Exception as e:  # the connection's and the disk's errors, whatever httpx's version calls them
-        raise PullError(f"could not download {where}: {type(e).__name__}: {_first_line(e)} (a retry resumes)") from None
+        raise PullError(f"could not download {repo}/{filename} at {endpoint}: {type(e).__name__}: "
+                        f"{_first_line(e)} (a retry resumes)") from None
     if not _matches(part, metadata.etag):
         part.unlink()
         raise PullError(f"{filename} from {endpoint} does not match the hub's SHA-256; it was removed")

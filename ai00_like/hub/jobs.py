@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .catalogue import Model, resolve
-from .download import PullError, partial_path, pull
+from .download import PullError, hub_file, partial_path, pull
 
 
 @dataclass
@@ -33,8 +33,10 @@ class Downloads:
 
     def start(self, name: str) -> Job:
         """A new download of `name` (an alias or REPO/FILE), or the one already running for
-        that file. Raises catalogue.UnknownModel."""
+        that file. Raises catalogue.UnknownModel, and PullError when the hub cannot be asked
+        or has no such file (asked here, before anything starts; blocks for that)."""
         repo, file, model = resolve(name)
+        hub_file(repo, file)
         with self._lock:
             for job in self.jobs.values():
                 if job.status == "running" and (job.repo, job.file) == (repo, file):

@@ -8,10 +8,11 @@ import asyncio
 from aiohttp import web
 
 from ...hub.catalogue import UnknownModel, load_catalogue
+from ...hub.download import PullError
 from ...hub.jobs import Job
 from ...rwkv.memory import available_bytes
 from ..body import decode_body
-from ..errors import bad_request
+from ..errors import ApiError, bad_request
 from ..serving import Serving
 from .types import CatalogueModel, Download, PullRequest
 
@@ -27,9 +28,12 @@ async def catalogue(request: web.Request, serving: Serving) -> list[CatalogueMod
 async def pull_start(request: web.Request, serving: Serving) -> Download:
     req = await decode_body(request, PullRequest, serving.config.listen.max_body_bytes)
     try:
-        job = serving.downloads.start(req.name)
+        job = await asyncio.to_thread(serving.downloads.start, req.name)
     except UnknownModel as e:
         raise bad_request(str(e), "name") from None
+    except PullError as e:  # asked of the hub before starting: no such file, or no hub to ask
+        raise ApiError(404 if e.missing else 400, str(e), param="name",
+                       code="model_not_found" if e.missing else "hub_unreachable") from None
     return _download(serving, job)
 
 
