@@ -172,23 +172,24 @@ def main() -> None:
     row("peak memory MiB", ours["peak_mb"], ref and ref["peak_mb"])
     lower = {p: run(OURS, bf16_checkpoint(shape), {"BENCH_PRECISION": p}, BATCHES)
              for p in filter(None, args.precisions.split(","))}
-    for p, figures in lower.items():
-        print(f"ours {p} from the bf16 .pth, against our fp32 ({figures['blas']}):")
+
+    def against_fp32(title: str, figures: dict) -> None:
+        print(title)
         row(f"prefill {PROMPT} tok/s", figures["prefill_tps"], ours["prefill_tps"])
         for b in BATCHES:
             row(f"decode batch {b} tok/s", figures["decode_tps"][str(b)], ours["decode_tps"][str(b)])
         row("peak memory MiB", figures["peak_mb"], ours["peak_mb"])
+
+    for p, figures in lower.items():
+        against_fp32(f"ours {p} from the bf16 .pth, against our fp32 ({figures['blas']}):", figures)
     llama = None
     if args.llama_cpp:
         import llama_cpp as llama_cpp_bench  # bench/llama_cpp.py, not the package
 
         llama = llama_cpp_bench.measure_all(path, PROMPT, DECODE_STEPS, BATCHES)
         for t, figures in llama.items():
-            print(f"llama.cpp {t} GGUF of the same weights ({figures['file_mb']:.0f} MiB), against our fp32:")
-            row(f"prefill {PROMPT} tok/s", figures["prefill_tps"], ours["prefill_tps"])
-            for b in BATCHES:
-                row(f"decode batch {b} tok/s", figures["decode_tps"][str(b)], ours["decode_tps"][str(b)])
-            row("peak memory MiB", figures["peak_mb"], ours["peak_mb"])
+            against_fp32(f"llama.cpp {t} GGUF of the same weights ({figures['file_mb']:.0f} MiB), against our fp32:",
+                         figures)
     if pinned:
         print(f"ours with the environment's OPENBLAS_CORETYPE={pinned_coretype} ({pinned['blas']}):")
         row(f"prefill {PROMPT} tok/s", pinned["prefill_tps"], ref and ref["prefill_tps"])

@@ -133,6 +133,23 @@ def http_get(port: int, path: str, headers: dict | None = None) -> tuple[int, by
         conn.close()
 
 
+def wait_until_healthy(port: int, proc: subprocess.Popen, seconds: float = 180.0, log: Path | None = None) -> None:
+    """Until GET /health is 200 (a model is loaded); fails if the process ends first, with
+    the end of its log file when there is one."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"the server exited ({proc.returncode})"
+                                 + (f": {log.read_text()[-2000:]}" if log and log.exists() else ""))
+        try:
+            if http_get(port, "/health")[0] == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"no model was ready within {seconds:.0f} s")
+
+
 def parse_metrics(text: str) -> dict[str, float]:
     """Prometheus text → {"name{labels}": value} and {"name": sum over labels}."""
     from prometheus_client.parser import text_string_to_metric_families

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ops_helpers import wait_until_healthy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,18 +42,6 @@ def start(folder: Path, *args: str, browser: Path | None = None) -> subprocess.P
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def wait_for_model(port: int, proc: subprocess.Popen) -> None:
-    for _ in range(600):  # 120 s at most
-        assert proc.poll() is None, "the launcher exited"
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError("the model never loaded")
-
-
 def stop(proc: subprocess.Popen) -> int:
     proc.send_signal(signal.SIGTERM)
     return proc.wait(60)
@@ -62,7 +51,7 @@ def test_a_first_start_writes_its_config_serves_the_demo_and_logs(release):
     port = free_port()
     proc = start(release, "--no-browser", "-p", str(port))
     try:
-        wait_for_model(port, proc)
+        wait_until_healthy(port, proc, 120)
         reply = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=60,
                            json={"model": "demo", "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}]})
         assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"]
@@ -108,7 +97,7 @@ def test_open_browser_false_keeps_the_browser_shut(release):
         f'[listen]\nport = {port}\n[web]\npath = "assets/www"\nopen_browser = false\n')
     proc = start(release, browser=browser)
     try:
-        wait_for_model(port, proc)
+        wait_until_healthy(port, proc, 120)
         time.sleep(1)
     finally:
         assert stop(proc) == 0

@@ -10,12 +10,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
+from ops_helpers import wait_until_healthy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,14 +48,7 @@ def test_the_installed_wheel_serves_the_demo_from_any_folder(installed, tmp_path
     proc = subprocess.Popen([str(installed / "ai00-like-app"), "--no-browser", "-p", str(port)], cwd=tmp_path, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(900):  # 180 s at most: the first start compiles numba's kernels
-            assert proc.poll() is None, (tmp_path / "ai00-like.log").read_text()[-2000:]
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+        wait_until_healthy(port, proc, 180, tmp_path / "ai00-like.log")  # the first start compiles numba's kernels
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
         reply = client.chat.completions.create(model="demo", max_tokens=8, messages=[{"role": "user", "content": "Hi"}])
         assert reply.choices[0].message.content
