@@ -61,6 +61,8 @@ def free_port(ip: str, wanted: int) -> int:
     """`wanted`, or the next of PORT_TRIES ports that nothing listens on."""
     for port in range(wanted, wanted + PORT_TRIES):
         with socket.socket() as s:
+            if os.name != "nt":  # as the server binds: a port a moment ago ours (TIME_WAIT) is free
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind((ip, port))
             except OSError:
