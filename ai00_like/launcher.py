@@ -98,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("NUMBA_CACHE_DIR", str(folder / ".cache" / "numba"))
     from .api.app import ApiStartError, serve_forever
     from .assets import assets_root
+    from .cli import give_gpu_drivers_a_runtime_dir
+
+    give_gpu_drivers_a_runtime_dir()  # else Mesa prints an error line at every GPU probe
     from .api.logs import configure_logging
     from .config import ConfigError, load_config
 
@@ -120,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ApiStartError, OSError) as e:
         log.error("%s", e)
         return 2
+    except KeyboardInterrupt:  # Ctrl+C where no signal handler could be installed (Windows)
+        return 130
     return 0
 
 
