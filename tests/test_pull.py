@@ -36,6 +36,16 @@ def pull(endpoint: str, name: str, folder, home) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
+def test_the_catalogue_is_well_formed():
+    models = load_catalogue()
+    assert len({m.alias for m in models}) == len(models) >= 8
+    assert {m.repo for m in models} == {"BlinkDL/rwkv7-g1", "BlinkDL/rwkv-7-world"}
+    assert all(m.thinking in ("none", "think", "effort") and m.size > 0 and m.file.endswith(".pth") for m in models)
+    assert {m.thinking for m in models if m.repo.endswith("world")} == {"none"}
+    small, large = models[0], max(models, key=lambda m: m.size)
+    assert small.recommended(8 << 30) == "bf16" and large.recommended(8 << 30) is None  # 26.5 GB in 8 GiB
+
+
 def test_the_alias_is_the_catalogues_file():
     assert resolve("rwkv7-g1-0.1b") == (REPO, FILE, next(m for m in load_catalogue() if m.file == FILE))
     assert resolve("someone/some-repo/sub/model.pth")[:2] == ("someone/some-repo", "sub/model.pth")
