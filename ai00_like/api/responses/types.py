@@ -195,25 +195,24 @@ class ItemEvent(Event, kw_only=True):  # output_item.added / .done
     item: OutputItem
 
 
-class PartEvent(Event, kw_only=True):  # content_part.added / .done
+class ContentEvent(Event, kw_only=True):
+    """An event about one content part of one output item."""
+
     item_id: str
     output_index: int
     content_index: int
+
+
+class PartEvent(ContentEvent, kw_only=True):  # content_part.added / .done
     part: OutputText | ReasoningText
 
 
-class TextDelta(Event, kw_only=True):  # output_text.delta (with logprobs), reasoning_text.delta
-    item_id: str
-    output_index: int
-    content_index: int
+class TextDelta(ContentEvent, kw_only=True):  # output_text.delta (with logprobs), reasoning_text.delta
     delta: str
     logprobs: list | UnsetType = UNSET
 
 
-class TextDone(Event, kw_only=True):  # output_text.done (with logprobs), reasoning_text.done
-    item_id: str
-    output_index: int
-    content_index: int
+class TextDone(ContentEvent, kw_only=True):  # output_text.done (with logprobs), reasoning_text.done
     text: str
     logprobs: list | UnsetType = UNSET
 
