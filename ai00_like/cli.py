@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_convert(subparsers)
     add_generate(subparsers)
     add_pull(subparsers)
+    add_lb_config(subparsers)
     # No command: serve, so that `ai00-like --port 8000` works as Ai00's binary does.
     add_serve_arguments(parser)
     parser.set_defaults(handler=cmd_serve)
@@ -337,4 +338,40 @@ def cmd_pull(args) -> int:
         advice = f'precision = "{precision}"' if precision in ("bf16", None) else f'quant = 1000, quant_type = "{precision}"'
         print(f'to serve it, in [model] of config.toml: name = "{path.name}", thinking = "{model.thinking}", '
               f"{advice if precision else 'it is larger than the free memory'}")
+    return 0
+
+
+# --------------------------------------------------------------------------- lb-config
+
+
+def add_lb_config(subparsers) -> None:
+    p = subparsers.add_parser(
+        "lb-config",
+        help="write a haproxy.cfg for several replicas of this server",
+        description=(
+            "Write a HAProxy configuration that spreads requests over the given replicas by a "
+            "consistent hash of each conversation's affinity key (prompt_cache_key, then the "
+            "X-Session-Id header, then user, then the first message), with health checks on /health."
+        ),
+    )
+    p.add_argument("--replica", action="append", required=True, metavar="URL",
+                   help="a replica, such as http://10.0.0.2:65530 (repeat for each)")
+    p.add_argument("--port", type=int, default=8080, help="port HAProxy listens on (default: 8080)")
+    p.add_argument("--bind", default="0.0.0.0", help="address HAProxy listens on (default: 0.0.0.0)")
+    p.add_argument("-o", "--output", type=Path, default=None, help="file to write (default: standard output)")
+    p.set_defaults(handler=cmd_lb_config)
+
+
+def cmd_lb_config(args) -> int:
+    from .lb_config import haproxy_config
+
+    try:
+        text = haproxy_config(args.replica, args.port, args.bind, args.output.name if args.output else "haproxy.cfg")
+    except ValueError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        args.output.write_text(text, encoding="utf-8")
     return 0
