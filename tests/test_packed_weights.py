@@ -11,7 +11,7 @@ import pytest
 from ai00_like.rwkv.cpu import ops
 from ai00_like.rwkv.cpu.int8 import PackedInt8, int8_matmul
 from ai00_like.rwkv.cpu.nf4 import PackedNF4
-from ai00_like.rwkv.quant import QuantisedMatrix
+from ai00_like.rwkv.quant import NF4_LEVELS, QuantisedMatrix
 
 pytestmark = pytest.mark.skipif(int8_matmul is None, reason="needs numba")
 
@@ -44,3 +44,24 @@ def test_what_the_kernels_cannot_read_is_dequantised():
         form = ops.kernel_form(matrix)
         assert isinstance(form, np.ndarray) and form.dtype == np.float32
         np.testing.assert_array_equal(form, np.asarray(matrix))
+
+
+@pytest.mark.parametrize("rows", [1, 2, 4, 5, 9, 16])
+def test_the_vector_lookup_kernel_equals_the_scalar_one(rows):
+    """NF4's levels looked up in registers (nf4_lookup.py, where the CPU has AVX2/AVX-512)
+    give the scalar kernel's products, which CPUs without them run."""
+    from ai00_like.rwkv.cpu import nf4, nf4_lookup
+
+    if nf4_lookup.vector_width():
+        assert nf4.nf4_kernel is not nf4.nf4_scalar_kernel
+    rng = np.random.default_rng(rows)
+    packed = PackedNF4.of(QuantisedMatrix.of("nf4", rng.standard_normal((37, 320), dtype=np.float32)))
+    x = rng.standard_normal((rows, 320), dtype=np.float32)
+    even, odd = np.ascontiguousarray(x[:, 0::2]), np.ascontiguousarray(x[:, 1::2])
+    outs = []
+    for kernel in (nf4.nf4_kernel, nf4.nf4_scalar_kernel):
+        out = np.full((rows, 37), np.nan, dtype=np.float32)
+        kernel(packed.q, packed.absmax, NF4_LEVELS, even, odd, out)
+        outs.append(out)
+    assert np.isfinite(outs[0]).all()
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-5 * np.abs(outs[1]).max())
