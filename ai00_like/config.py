@@ -17,6 +17,7 @@ import logging
 import tomllib
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Annotated
 
 import msgspec
@@ -86,12 +87,25 @@ class ListenSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     tls_cert: str = ""
     tls_key: str = ""
     shutdown_grace: Annotated[float, msgspec.Meta(ge=0)] = 10.0
+    drain_delay: Annotated[float, msgspec.Meta(ge=0)] = 0.0  # behind a load balancer: see config.toml
+    replica: str = ""  # this replica's name: the `replica` label of /metrics
 
 
 class ResponsesSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     store: bool = True  # keep responses for previous_response_id, GET /responses/{id}
     path: str = "responses"  # their folder: SQLite records and state files
     max_state_bytes: NonNegative = 1 << 30  # the states' cap; beyond it the least recently used are dropped
+
+
+class StoreSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    # Empty: the embedded SQLite store of [responses]; redis:// or rediss://: Redis or Valkey,
+    # shared by replicas, so any of them continues any stored conversation.
+    url: str = ""
+    prefix: str = "ai00:"  # every key starts with it, so one Redis can serve several clusters
+    ttl: Positive = 30 * 86400  # seconds a stored response lives after it was last read
+
+
+STORE_SCHEMES = ("redis", "rediss")
 
 
 class WebSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -107,6 +121,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     listen: ListenSection = msgspec.field(default_factory=ListenSection)
     web: WebSection | None = None  # absent: no web page (as in Ai00)
     responses: ResponsesSection = msgspec.field(default_factory=ResponsesSection)
+    store: StoreSection = msgspec.field(default_factory=StoreSection)
     # Where relative paths are resolved; not a key of the file.
     base_dir: str = "."
     source: str = "<defaults>"
@@ -249,6 +264,22 @@ def _check(config: Config) -> None:
         raise ConfigError(f"{source}: model.name: must be a file inside [model] path, got {name!r}")
     if bool(config.listen.tls_cert) != bool(config.listen.tls_key):
         raise ConfigError(f"{source}: listen.tls_cert and listen.tls_key: set both (TLS) or neither")
+    _check_store_url(source, config.store.url)
+
+
+def _check_store_url(source: str, url: str) -> None:
+    if not url:
+        return
+    # The URL may hold a password: the message names its scheme, never the whole URL.
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError as e:
+        raise ConfigError(f"{source}: store.url: not a valid URL: {e}") from None
+    if parts.scheme not in STORE_SCHEMES or not parts.hostname:
+        got = f"scheme {parts.scheme!r}" if parts.scheme not in STORE_SCHEMES else "no host"
+        raise ConfigError(f"{source}: store.url: must be redis://host:port/db or rediss://host:port/db (Redis or "
+                          f"Valkey), or empty for the embedded store; got {got}")
 
 
 def load_config(path: str | Path | None) -> Config:

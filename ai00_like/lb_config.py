@@ -12,7 +12,10 @@ consistent hash of an affinity key, the first of these that the request has:
 
 `hash-type consistent` moves only a removed or added replica's share of conversations.
 Replicas are health-checked on `GET /health` (503 while loading, without a model or when
-going away), and the response names the replica that served it (`X-Ai00-Replica`).
+draining), and the response names the replica that served it (`X-Ai00-Replica`). A request
+that meets a replica the checks have not yet taken out (connection refused, or a 503) is
+retried on the next replica of the ring, so a replica going away costs no request that had
+not reached its model yet.
 """
 
 from __future__ import annotations
@@ -48,6 +51,11 @@ frontend ai00_like
 backend replicas
     balance hash var(txn.key)
     hash-type consistent
+    # A replica that refuses the connection (stopped, killed) or answers 503 (loading,
+    # shutting down) before HAProxy's checks noticed: try the next replica on the ring.
+    retries 2
+    option redispatch 1
+    retry-on conn-failure empty-response 503
     option httpchk GET /health
     http-check expect status 200
     default-server check inter 1s fall 2 rise 1

@@ -13,6 +13,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
+from .identity import weights_identity
 from .messages import ModelInfoEvent, ModelSpec
 from .rwkv import load_model, load_state
 from .rwkv.quant import quantisation_of
@@ -26,8 +27,10 @@ class PromptTooLong(ValueError):
 
 
 class LoadedModel:
-    def __init__(self, spec: ModelSpec, model, tokenizer, states: dict[str, State], backend: Backend):
+    def __init__(self, spec: ModelSpec, model, tokenizer, states: dict[str, State], backend: Backend, *,
+                 identity: str = ""):
         self.spec, self.model, self.tokenizer, self.states, self.backend = spec, model, tokenizer, states, backend
+        self.identity = identity  # identity.weights_identity, once per load: the same on every replica
         self.name = spec.name or Path(spec.path).stem
         self.state_files: dict = {}  # (path, mtime) → State, for per-request `.state` files
 
@@ -37,6 +40,7 @@ class LoadedModel:
             name=self.name, path=self.spec.path, info=self.model.info, spec=self.spec, states=self.spec.states,
             slots=self.model.max_batch, running=self.backend.running, waiting=self.backend.queued,
             cache_entries=len(cache), cache_bytes=cache.bytes, counters=self.backend.counters(), tokenizer=self.tokenizer,
+            identity=self.identity,
         )
 
     def encode(self, text: str) -> tuple[int, ...]:
@@ -99,6 +103,7 @@ def build(spec: ModelSpec, progress=None) -> LoadedModel:
     spec = msgspec.structs.replace(spec, precision=model.precision)  # what "auto" became
     tokenizer = load_tokenizer(spec.tokenizer or default_tokenizer_path())
     states = {s.id: load_state(s.path, model.info) for s in spec.states}
+    identity = weights_identity(spec)
     backend = Backend(model, tokenizer, token_chunk_size=spec.token_chunk_size, cache_bytes=spec.cache_bytes,
                       checkpoint_interval=spec.checkpoint_interval)
-    return LoadedModel(spec, model, tokenizer, states, backend)
+    return LoadedModel(spec, model, tokenizer, states, backend, identity=identity)

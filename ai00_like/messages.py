@@ -198,6 +198,7 @@ class ModelInfoEvent(msgspec.Struct, frozen=True):
     cache_bytes: int
     counters: BackendCounters = BackendCounters()
     tokenizer: WorldTokenizer | HFTokenizer | None = None  # read-only use: token bytes for logprobs, counts
+    identity: str = ""  # the weights by content, not path (identity.py); empty from test builders
 
 
 class Loaded(msgspec.Struct, frozen=True):

@@ -4,11 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Debian packages: Mesa's software Vulkan GPU for the wgpu tests, Chromium for the page tests,
-# HAProxy for the load-balancer test.
-if ! dpkg -s mesa-vulkan-drivers chromium haproxy >/dev/null 2>&1; then
+# HAProxy for the load-balancer test, redis-server for the shared store's.
+if ! dpkg -s mesa-vulkan-drivers chromium haproxy redis-server >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq mesa-vulkan-drivers chromium haproxy; } \
-    >/dev/null 2>&1 || echo "note: could not install mesa-vulkan-drivers/chromium/haproxy; GPU, browser and HAProxy tests will be skipped"
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq mesa-vulkan-drivers chromium haproxy redis-server; } \
+    >/dev/null 2>&1 || echo "note: could not install mesa-vulkan-drivers/chromium/haproxy/redis-server; GPU, browser, HAProxy and shared-store tests will be skipped"
 fi
 # Mesa complains on stderr without a runtime dir, which would garble the CLI's one-line errors.
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"

@@ -107,7 +107,7 @@ class ServerProcess:
 
 
 def process_config(directory: Path, *, name: str = "tiny.st", max_batch: int = 4, grace: float = 10.0,
-                   chunk: int = 16) -> str:
+                   chunk: int = 16, drain_delay: float = 0.0, replica: str = "") -> str:
     """A config for ServerProcess: the model `name` in `directory`, loopback, quick pings."""
     return f"""
 [model]
@@ -120,6 +120,8 @@ cache_bytes = 1048576
 ip = "127.0.0.1"
 ping_interval = 0.02
 shutdown_grace = {grace}
+drain_delay = {drain_delay}
+replica = "{replica}"
 """
 
 

@@ -91,7 +91,7 @@ def test_health_is_503_loading_while_the_model_loads_and_200_once_it_is_ready(mo
 
 
 def test_metrics_count_what_the_replies_report(model_dir):
-    with ServerThread(config_for(model_dir)) as server:
+    with ServerThread(config_for(model_dir, listen_extra='replica = "east-1"')) as server:
         client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
         before = metrics(server)
         assert before["rwkv:model_loaded"] == 1 and before["rwkv:batch_size_max"] == 4
@@ -106,7 +106,7 @@ def test_metrics_count_what_the_replies_report(model_dir):
         assert after["rwkv:prompt_tokens_computed_total"] == sum(u.prompt_tokens for u in usages) - cached
         assert after["rwkv:state_cache_hits_total"] >= 1 and after["rwkv:state_cache_queries_total"] >= 2
         assert after["rwkv:state_cache_entries"] >= 1 and after["rwkv:state_cache_bytes"] > 0
-        label = '{finished_reason="length",model_name="tiny"}'
+        label = '{finished_reason="length",model_name="tiny",replica="east-1"}'
         assert after[f"rwkv:request_success_total{label}"] == 2
         for hist in ("time_to_first_token_seconds", "e2e_request_latency_seconds", "request_queue_time_seconds",
                      "request_prompt_tokens", "request_generation_tokens", "request_time_per_output_token_seconds"):
@@ -116,6 +116,9 @@ def test_metrics_count_what_the_replies_report(model_dir):
         assert after["rwkv:inter_token_latency_seconds_count"] == 2 * (6 - 1)
         assert after["rwkv:num_requests_running"] == 0 and after["rwkv:num_requests_waiting"] == 0
         assert after["rwkv:iterations_total"] > 0 and after["rwkv:batch_size_mean"] >= 1
+        # Every series names the replica, the backend's gauges and counters as the histograms.
+        assert after['rwkv:model_loaded{model_name="tiny",replica="east-1"}'] == 1
+        assert after['rwkv:time_to_first_token_seconds_count{model_name="tiny",replica="east-1"}'] == 2
 
 
 def test_metric_counters_survive_a_reload(model_dir):

@@ -219,3 +219,35 @@ def test_a_signal_under_load_ends_every_stream_cleanly_and_exits_0(model_dir, si
             assert all('"finish_reason":"length"' in "".join(events) for events in results)
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", server.port), timeout=5).close()
+
+
+def test_sigterm_with_a_drain_delay_fails_health_at_once_and_keeps_serving_until_it_ends(model_dir):
+    """Behind a load balancer: /health turns 503 `draining` at the signal, so the balancer's
+    checks take the replica out, while requests that still arrive are served; only after
+    drain_delay does the listener close. The running stream finishes; exit status 0."""
+    delay = 3.0
+    with ServerProcess(model_dir, process_config(model_dir, grace=30.0, drain_delay=delay)) as server:
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "tell"}], "max_tokens": 300,
+                "temperature": 1.0, "seed": 1}
+        with ThreadPoolExecutor(1) as pool:
+            started = threading.Barrier(2)
+            running = pool.submit(_stream_until_first_token, server.port, body, started)
+            started.wait(TIMEOUT)
+            assert server.get("/health")[0] == 200
+            signalled = time.monotonic()
+            server.proc.send_signal(signal.SIGTERM)
+            status, health = wait_until(lambda: (r := server.get("/health"))[0] != 200 and r, "health still 200")
+            assert status == 503 and json.loads(health)["status"] == "draining"
+            assert time.monotonic() - signalled < 1.0
+            # A request arriving while draining is served as usual, not refused.
+            served = stream_chat(server.port, {**body, "max_tokens": 4, "seed": 2})
+            assert served[-1] == "[DONE]" and time.monotonic() - signalled < delay
+            events = running.result(TIMEOUT)
+        assert events[-1] == "[DONE]"
+        assert server.proc.wait(TIMEOUT) == 0
+        assert time.monotonic() - signalled >= delay
+        log = server.output()
+        assert "draining" in log and "stopped" in log
+        access = [json.loads(line.split("ai00_like.access: ", 1)[1]) for line in server.lines
+                  if "ai00_like.access: " in line]
+        assert all(a["status"] < 500 for a in access if a["route"] != "/health"), access

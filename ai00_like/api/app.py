@@ -106,7 +106,7 @@ AI00_ROUTES = [
 # Operations: Prometheus metrics and the health probe (api/ops.py).
 OPS_ROUTES = [
     Route("GET", "/metrics", ops.metrics_route, "Prometheus metrics (vLLM's names under `rwkv:`)"),
-    Route("GET", "/health", ops.health_route, "200 when a model is ready, 503 while loading or with none",
+    Route("GET", "/health", ops.health_route, "200 when a model is ready, 503 while loading, with none or shutting down",
           returns=ops.Health),
 ]
 
@@ -234,12 +234,20 @@ class RunningServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{self.scheme}://{host}:{self.port}"
 
-    async def stop(self, grace: float = 0.0) -> None:
-        """Stop accepting connections, give running generations `grace` seconds to finish,
-        end the rest cleanly (finish_reason and [DONE]), then close every connection."""
+    async def stop(self, grace: float = 0.0, drain_delay: float = 0.0) -> None:
+        """Answer /health with 503 and keep serving for `drain_delay` seconds (a load balancer
+        takes the replica out meanwhile), then stop accepting connections, give running
+        generations `grace` seconds to finish, end the rest cleanly (finish_reason and
+        [DONE]) and close every connection."""
         if self.load_task is not None and not self.load_task.done():
             self.load_task.cancel()
         self.serving.draining = True
+        if drain_delay > 0:
+            try:  # a second signal cuts the delay short
+                await asyncio.wait_for(self.serving.hurry.wait(), drain_delay)
+            except TimeoutError:
+                pass
+        self.serving.closing = True
         for site in list(self.runner.sites):
             await site.stop()
         cancelled = await self.serving.drain(grace)
@@ -316,9 +324,12 @@ def serve_forever(config: Config, *, ip: str | None = None, port: int | None = N
         try:
             await stop.wait()
         finally:
-            grace = config.listen.shutdown_grace
-            log.info("shutting down: no new connections; running requests get %.1f s to finish", grace)
-            await server.stop(grace)
+            grace, delay = config.listen.shutdown_grace, config.listen.drain_delay
+            if delay:
+                log.info("draining: /health answers 503; requests are still served for %.1f s", delay)
+            log.info("shutting down: no new connections%s; running requests get %.1f s to finish",
+                     f" after {delay:.1f} s" if delay else "", grace)
+            await server.stop(grace, delay)
             await asyncio.to_thread(middleware.close)
             log.info("stopped")
 

@@ -143,7 +143,7 @@ def access_middleware(serving_key):
         serving = request.app[serving_key]
         if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
             return preflight(request, serving.config.listen.cors_origins)
-        if serving.draining and not is_open(request):
+        if serving.closing and not is_open(request):
             raise ApiError(503, "The server is shutting down.", code="shutting_down",
                            headers={"Connection": "close", "Retry-After": "5"})
         problem = refusal(request, serving)

@@ -33,7 +33,7 @@ from ..messages import (
 from .logs import current_request_stats
 
 PREFIX = "rwkv:"
-LABELS = ("model_name",)
+LABELS = ("model_name", "replica")  # replica: [listen] replica, for N replicas in one Prometheus
 
 # vLLM's buckets (seconds), trimmed to what a CPU server meets.
 _TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -45,7 +45,8 @@ _TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 2
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, replica: str = "") -> None:
+        self.replica = replica
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
 
@@ -71,7 +72,7 @@ class Metrics:
                                (*LABELS, "finished_reason"), registry=r)
         self.aborted = Counter(PREFIX + "requests_aborted", "Requests that ended before their generation did "
                                "(the client left, or an error).", LABELS, registry=r)
-        self.backend = BackendCollector()
+        self.backend = BackendCollector(replica)
         r.register(self.backend)
 
     async def exposition(self, snapshot: ModelInfoEvent | None, load: int) -> bytes:
@@ -90,7 +91,8 @@ def _add(a: BackendCounters, b: BackendCounters) -> BackendCounters:
 class BackendCollector:
     """Exports the backend's snapshot taken at the scrape that is under way."""
 
-    def __init__(self) -> None:
+    def __init__(self, replica: str) -> None:
+        self.replica = replica
         self.snapshot: ModelInfoEvent | None = None
         self._earlier = _ZERO  # totals of the models loaded before the current one
         self._last = _ZERO
@@ -114,12 +116,12 @@ class BackendCollector:
 
         def counter(metric, doc, value):
             family = CounterMetricFamily(PREFIX + metric, doc, labels=LABELS)
-            family.add_metric([name], value)
+            family.add_metric([name, self.replica], value)
             return family
 
         def gauge(metric, doc, value):
             family = GaugeMetricFamily(PREFIX + metric, doc, labels=LABELS)
-            family.add_metric([name], value)
+            family.add_metric([name, self.replica], value)
             return family
 
         # vLLM counts every prompt token, the ones a prefix-cache hit spared included.
@@ -154,7 +156,8 @@ class RequestObserver:
     """Times one request's generation from its events (prompt p, choice i → index)."""
 
     def __init__(self, metrics: Metrics | None, model_name: str, prompts: int, n: int):
-        self.metrics, self.model, self.n = metrics, model_name, n
+        self.metrics, self.n = metrics, n
+        self.labels = (model_name, metrics.replica if metrics is not None else "")
         self.arrival = time.monotonic()
         self.started: dict[int, float] = {}  # prompt → when it got a slot
         self.first: dict[int, float] = {}  # choice → first token
@@ -163,23 +166,23 @@ class RequestObserver:
         self.closed = False
         self.stats = current_request_stats()  # the request log's record of this request, if any
         # Looked up once: the inter-token histogram is observed for every token.
-        self.itl = metrics.itl.labels(model_name) if metrics is not None else None
+        self.itl = metrics.itl.labels(*self.labels) if metrics is not None else None
 
     def event(self, index: int, event) -> None:
         now = time.monotonic()
-        m, label = self.metrics, self.model
+        m, labels = self.metrics, self.labels
         if isinstance(event, Started):
             prompt = index // self.n
             if prompt not in self.started:
                 self.started[prompt] = now
                 if m is not None:
-                    m.queue.labels(label).observe(now - self.arrival)
+                    m.queue.labels(*labels).observe(now - self.arrival)
         elif isinstance(event, TextPiece) and event.tokens:
             if index not in self.first:
                 self.first[index] = now
                 if m is not None:
-                    m.ttft.labels(label).observe(now - self.arrival)
-                    m.prefill.labels(label).observe(now - self.started.get(index // self.n, self.arrival))
+                    m.ttft.labels(*labels).observe(now - self.arrival)
+                    m.prefill.labels(*labels).observe(now - self.started.get(index // self.n, self.arrival))
                 if self.stats is not None and self.stats.ttft is None:
                     self.stats.ttft = now - self.arrival
             elif self.itl is not None:
@@ -196,18 +199,18 @@ class RequestObserver:
                     self.stats.prompt_tokens += event.prompt_tokens
             if m is None or event.reason == "cancelled":
                 return  # nobody reads a cancelled choice: counted as aborted instead
-            m.success.labels(label, event.reason).inc()
-            m.e2e.labels(label).observe(now - self.arrival)
-            m.gen_len.labels(label).observe(event.completion_tokens)
+            m.success.labels(*labels, event.reason).inc()
+            m.e2e.labels(*labels).observe(now - self.arrival)
+            m.gen_len.labels(*labels).observe(event.completion_tokens)
             if index % self.n == 0:
-                m.prompt_len.labels(label).observe(event.prompt_tokens)
+                m.prompt_len.labels(*labels).observe(event.prompt_tokens)
             if index in self.first:
                 decode = self.last[index] - self.first[index]
-                m.decode.labels(label).observe(decode)
+                m.decode.labels(*labels).observe(decode)
                 if event.completion_tokens > 1:
-                    m.tpot.labels(label).observe(decode / (event.completion_tokens - 1))
+                    m.tpot.labels(*labels).observe(decode / (event.completion_tokens - 1))
 
     def close(self, unfinished: bool) -> None:
         if unfinished and not self.closed and self.metrics is not None:
-            self.metrics.aborted.labels(self.model).inc()
+            self.metrics.aborted.labels(*self.labels).inc()
         self.closed = True

@@ -18,7 +18,7 @@ from ..config import Config
 from ..hub.jobs import Downloads
 from ..messages import Failed, GetInfo, Load, Loaded, ModelInfoEvent, ModelSpec, Unload
 from ..middleware import Middleware
-from ..response_store import ResponseStore
+from ..response_store import open_store
 from .channel import EventChannel
 from .errors import ApiError, model_not_found
 from .metrics import Metrics
@@ -38,19 +38,19 @@ class Serving:
         self.listen_host = config.listen.ip  # where the server listens (--ip wins over the config)
         self._loaded = asyncio.Event()  # set whenever a load attempt has ended
         self.throughput = Throughput()
-        self.metrics = Metrics()
+        self.metrics = Metrics(config.listen.replica)
         self.loads = 0
         # Graceful shutdown (api/app.py): the generations under way, so they can be waited
-        # for and then ended; `draining` refuses new requests meanwhile.
+        # for and then ended. `draining` (set first) takes this replica out of a load
+        # balancer's rotation through /health; `closing` then refuses new requests.
         self.draining = False
+        self.closing = False
         self.active_runs: set = set()
         self._no_runs = asyncio.Event()
         self._no_runs.set()
         self.hurry = asyncio.Event()  # set by a second signal: end the grace period now
         self.downloads = Downloads(config.model_dir)  # the page's pulls from the hub
-        section = config.responses
-        self.responses = ResponseStore(config.resolve(section.path), section.max_state_bytes) \
-            if section.store else None
+        self.responses = open_store(config)  # SQLite beside the server, or Redis shared by replicas
 
     # ------------------------------------------------------------------ the model
 

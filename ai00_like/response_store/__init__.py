@@ -1,5 +1,38 @@
 """Stored responses of the Responses API: their records and the RNN states they ended in."""
 
+from __future__ import annotations
+
+import logging
+
+from ..config import Config
+from .errors import StoreUnavailable
 from .store import ResponseStore, StoredResponse
 
-__all__ = ["ResponseStore", "StoredResponse"]
+__all__ = ["ResponseStore", "StoreUnavailable", "StoredResponse", "open_store"]
+
+log = logging.getLogger(__name__)
+
+
+def open_store(config: Config):
+    """The store `[responses]` and `[store]` ask for (a ResponseStore or a RedisResponseStore,
+    which have the same methods); None with `[responses] store = false`.
+
+    A shared store that cannot be reached at start does not stop the server: the model is
+    served all the same, the routes that need the store answer 503 until it is back."""
+    if not config.responses.store:
+        return None
+    section = config.store
+    if not section.url:
+        return ResponseStore(config.resolve(config.responses.path), config.responses.max_state_bytes)
+    from .redis_store import RedisResponseStore  # one machine's server needs no Redis client
+
+    store = RedisResponseStore(section.url, prefix=section.prefix, ttl=section.ttl)
+    try:
+        store.check()
+    except StoreUnavailable as e:
+        log.error("%s. Serving without it: stored responses and previous_response_id answer 503 until it is "
+                  "reachable again ([store] url)", str(e).rstrip("."))
+    else:
+        log.info("stored responses go to %s (keys %s…, kept %d s after their last use)", store.where,
+                 section.prefix, section.ttl)
+    return store

@@ -95,14 +95,21 @@ class ResponseStore:
                               input_items=items, tools=tools, tokens=_ids(tokens), tail=_ids(tail),
                               has_state=state_bytes > 0)
 
-    def state(self, response_id: str) -> State | None:
-        """The RNN state a stored response ended in, or None once it was dropped."""
+    def state(self, response_id: str, fingerprint: str) -> State | None:
+        """The RNN state a stored response ended in, or None once it was dropped or when it
+        was made by another model than the one `fingerprint` names."""
+        record = self.get(response_id, touch=False)
+        if record is None or record.fingerprint != fingerprint:
+            return None
         try:
             path = self._state_path(response_id)
             with np.load(path, allow_pickle=False) as parts:
                 return State(parts["att_shift"], parts["wkv"], parts["ffn_shift"])
         except (OSError, KeyError, ValueError):  # ValueError: not an id of ours, or not a state file
             return None
+
+    def check(self) -> None:
+        """A file beside the server is always there (the shared store's may not be)."""
 
     # ------------------------------------------------------------------ writing
 

@@ -183,9 +183,13 @@ def now() -> int:
 
 
 def fingerprint(model: ModelInfoEvent) -> str:
-    """Changes when the weights or the engine settings behind the same model id change."""
+    """Changes when the weights or the engine settings behind the same model id change.
+
+    The same on every replica serving the same files wherever they lie, so that replicas
+    sharing a response store use each other's states (and never another model's)."""
     spec = model.spec
-    key = f"{spec.path}|{spec.loras}|{spec.states}|{model.info}"
+    weights = model.identity or f"{spec.path}|{spec.loras}|{spec.states}"
+    key = f"{weights}|{model.info}"
     return "fp_" + hashlib.sha1(key.encode()).hexdigest()[:10]
 
 

@@ -6,19 +6,22 @@ response keeps the RNN state its conversation ended in (response_store): a reque
 `previous_response_id` renders only its own input, as the next turn, and the model reads
 it from that state. When the state is gone (dropped by the store's cap, or made by other
 weights under the same model name) the stored tokens are read again first; the reply is
-the same either way.
+the same either way. That holds for a store shared by replicas too: a replica serving
+other weights never uses the stored state, it rebuilds it, paying only the prefill. A
+shared store that cannot be reached makes these routes answer 503, and only them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 
 import msgspec
 from aiohttp import web
 
 from ...messages import TextPiece
-from ...response_store import StoredResponse
+from ...response_store import StoredResponse, StoreUnavailable
 from ..body import decode_body
 from ..errors import ApiError, bad_request
 from ..oai.chat import ChatPlan, plan_chat
@@ -56,6 +59,14 @@ def _store(serving: Serving):
         raise ApiError(404, "This server stores no responses ([responses] store = false).",
                        code="not_found")
     return serving.responses
+
+
+async def _ask(method, *args, **kwargs):
+    """A store call off the event loop (a shared store is a network round trip away)."""
+    try:
+        return await asyncio.get_running_loop().run_in_executor(None, functools.partial(method, *args, **kwargs))
+    except StoreUnavailable as e:
+        raise ApiError(503, str(e), code="store_unavailable") from None
 
 
 def _as_chat(req: CreateResponse) -> ChatCompletionRequest:
@@ -106,7 +117,7 @@ async def _continuation(serving: Serving, req: CreateResponse, tools: bytes) -> 
     if not req.previous_response_id:
         return Continuation()
     store = _store(serving)
-    previous = store.get(req.previous_response_id)
+    previous = await _ask(store.get, req.previous_response_id)
     if previous is None:
         raise _not_found(req.previous_response_id, "previous_response_id")
     model = serving.require_model(req.model)
@@ -115,7 +126,7 @@ async def _continuation(serving: Serving, req: CreateResponse, tools: bytes) -> 
                           f"server serves '{model.name}'", "previous_response_id")
     state = None
     if previous.has_state and previous.fingerprint == fingerprint(model):
-        state = await asyncio.get_running_loop().run_in_executor(None, store.state, previous.id)
+        state = await _ask(store.state, previous.id, fingerprint(model))
     return Continuation(previous, state, announce_tools=previous.tools != tools)
 
 
@@ -154,7 +165,7 @@ async def _keep(serving: Serving, req: CreateResponse, plan: ChatPlan, response:
     record = StoredResponse(id=response.id, model=plan.model.name, fingerprint=fingerprint(plan.model),
                             created=response.created_at, response=_encode(response), input_items=_encode(items),
                             tools=tools, tokens=earlier + finished.fed, tail=finished.unfed, has_state=True)
-    await asyncio.get_running_loop().run_in_executor(None, serving.responses.put, record, finished.state)
+    await _ask(serving.responses.put, record, finished.state)
 
 
 async def create_response(request: web.Request, serving: Serving):
@@ -165,6 +176,8 @@ async def create_response(request: web.Request, serving: Serving):
     messages, items = read_input(req.input)
     if req.instructions:
         messages.insert(0, ChatMessage(role="system", content=req.instructions))
+    if req.store is not False:  # a store that is down is said before the reply is made, not after
+        await _ask(serving.responses.check)
     tools = _encode(req.tools or [])
     continuation = await _continuation(serving, req, tools)
     plan = await plan_chat(serving, chat, messages, announce_tools=continuation.announce_tools)
@@ -217,7 +230,7 @@ async def _stream(request: web.Request, serving: Serving, req: CreateResponse, p
 
 async def retrieve_response(request: web.Request, serving: Serving):
     response_id = request.match_info["response_id"]
-    record = _store(serving).get(response_id)
+    record = await _ask(_store(serving).get, response_id)
     if record is None:
         raise _not_found(response_id)
     return web.Response(body=record.response, content_type="application/json")
@@ -225,14 +238,14 @@ async def retrieve_response(request: web.Request, serving: Serving):
 
 async def delete_response(request: web.Request, serving: Serving) -> DeletedResponse:
     response_id = request.match_info["response_id"]
-    if not _store(serving).delete(response_id):
+    if not await _ask(_store(serving).delete, response_id):
         raise _not_found(response_id)
     return DeletedResponse(id=response_id)
 
 
 async def list_input_items(request: web.Request, serving: Serving) -> ItemList:
     response_id = request.match_info["response_id"]
-    record = _store(serving).get(response_id, touch=False)
+    record = await _ask(_store(serving).get, response_id, touch=False)
     if record is None:
         raise _not_found(response_id)
     items = msgspec.json.decode(record.input_items)
