@@ -5,6 +5,10 @@ chunk (tiles widened for BLAS)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -65,3 +69,35 @@ def test_the_vector_lookup_kernel_equals_the_scalar_one(rows):
         outs.append(out)
     assert np.isfinite(outs[0]).all()
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-5 * np.abs(outs[1]).max())
+
+
+AVX2_ONLY = "+avx2,+fma,+f16c,+avx,+sse4.2,+popcnt,+bmi,+bmi2,+lzcnt,+movbe,-avx512f"
+
+
+def test_the_avx2_lookup_equals_the_scalar_kernel_too(tmp_path):
+    """Compiled for an AVX2 CPU without AVX-512 (most desktop CPUs), the lookup takes two
+    8-float permutes and a blend; run where numba compiles for such a CPU."""
+    from ai00_like.rwkv.cpu import nf4_lookup
+
+    if nf4_lookup.vector_width() != 16:
+        pytest.skip("the host has no AVX-512: the default kernels are the AVX2 ones already")
+    script = tmp_path / "avx2.py"
+    script.write_text(
+        "import numpy as np\n"
+        "from ai00_like.rwkv.cpu import nf4, nf4_lookup\n"
+        "from ai00_like.rwkv.quant import NF4_LEVELS, QuantisedMatrix\n"
+        "assert nf4_lookup.vector_width() == 8\n"
+        "rng = np.random.default_rng(1)\n"
+        "p = nf4.PackedNF4.of(QuantisedMatrix.of('nf4', rng.standard_normal((37, 320), dtype=np.float32)))\n"
+        "for rows in (1, 4, 5, 9, 16):\n"
+        "    x = rng.standard_normal((rows, 320), dtype=np.float32)\n"
+        "    e, o = np.ascontiguousarray(x[:, 0::2]), np.ascontiguousarray(x[:, 1::2])\n"
+        "    a, b = np.full((rows, 37), np.nan, np.float32), np.full((rows, 37), np.nan, np.float32)\n"
+        "    nf4.nf4_kernel(p.q, p.absmax, NF4_LEVELS, e, o, a)\n"
+        "    nf4.nf4_scalar_kernel(p.q, p.absmax, NF4_LEVELS, e, o, b)\n"
+        "    assert np.abs(a - b).max() <= 1e-5 * np.abs(b).max(), rows\n"
+        "print('same')\n")
+    env = {**os.environ, "NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": AVX2_ONLY,
+           "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
+    assert ran.returncode == 0 and "same" in ran.stdout, ran.stderr[-2000:]

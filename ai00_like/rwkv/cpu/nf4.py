@@ -102,7 +102,7 @@ def _build():
                 j += 1
 
     if dot_rows is not None:
-        dot4, dot1 = dot_rows(4), dot_rows(1)
+        dot8, dot4, dot1 = dot_rows(8), dot_rows(4), dot_rows(1)
 
         @jit
         def vector_matmul(Q, absmax, levels, x_even, x_odd, out):  # pragma: no cover - compiled by numba
@@ -110,6 +110,9 @@ def _build():
             for i in prange(N):
                 prefetch_rows(Q, i + PREFETCH_ROWS, 1)
                 j = 0
+                while j + 8 <= M:
+                    dot8(Q, absmax, levels, x_even, x_odd, i, j, out)
+                    j += 8
                 while j + 4 <= M:
                     dot4(Q, absmax, levels, x_even, x_odd, i, j, out)
                     j += 4

@@ -31,12 +31,18 @@ BLOCK_BYTES = 32  # a 64-weight block: 32 bytes of two codes each
 
 
 def vector_width() -> int:
-    """Codes looked up per permute on this CPU: 16 (AVX-512), 8 (AVX2 with FMA) or 0."""
+    """Codes looked up per permute on the CPU numba compiles for: 16 (AVX-512), 8 (AVX2
+    with FMA) or 0. That is this machine's, unless NUMBA_CPU_FEATURES names others (numba
+    then compiles for those, e.g. a release built for older CPUs, or the AVX2 test)."""
     try:
         from llvmlite import binding
+        from numba.core import config
     except ImportError:
         return 0
-    features = binding.get_host_cpu_features()
+    if config.CPU_FEATURES:
+        features = {f[1:]: f[0] == "+" for f in config.CPU_FEATURES.split(",") if f[:1] in "+-" and f[1:]}
+    else:
+        features = binding.get_host_cpu_features()
     if features.get("avx512f"):
         return 16
     if features.get("avx2") and features.get("fma"):
