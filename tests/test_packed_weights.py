@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -50,52 +51,64 @@ def test_what_the_kernels_cannot_read_is_dequantised():
         np.testing.assert_array_equal(form, np.asarray(matrix))
 
 
-@pytest.mark.parametrize("rows", [1, 2, 4, 5, 9, 16])
-def test_the_vector_lookup_kernel_equals_the_scalar_one(rows):
-    """NF4's levels looked up in registers (nf4_lookup.py, where the CPU has AVX2/AVX-512)
-    give the scalar kernel's products, which CPUs without them run."""
-    from ai00_like.rwkv.cpu import nf4, nf4_lookup
+def run_both_kernels(kind: str, rows: int, seed: int = 0):
+    """A packed matrix times `rows` rows of x through the vector kernel and the scalar one."""
+    from ai00_like.rwkv.cpu import int8, nf4
 
-    if nf4_lookup.vector_width():
-        assert nf4.nf4_kernel is not nf4.nf4_scalar_kernel
-    rng = np.random.default_rng(rows)
-    packed = PackedNF4.of(QuantisedMatrix.of("nf4", rng.standard_normal((37, 320), dtype=np.float32)))
-    x = rng.standard_normal((rows, 320), dtype=np.float32)
-    even, odd = np.ascontiguousarray(x[:, 0::2]), np.ascontiguousarray(x[:, 1::2])
+    rng = np.random.default_rng(seed + rows)
+    matrix = QuantisedMatrix.of(kind, rng.standard_normal((37, 640), dtype=np.float32))
+    x = rng.standard_normal((rows, 640), dtype=np.float32)
+    if kind == "nf4":
+        packed = PackedNF4.of(matrix)
+        args = (packed.q, packed.absmax, NF4_LEVELS, np.ascontiguousarray(x[:, 0::2]), np.ascontiguousarray(x[:, 1::2]))
+        kernels = (nf4.nf4_kernel, nf4.nf4_scalar_kernel)
+    else:
+        packed = PackedInt8.of(matrix)
+        args = (packed.q, packed.bounds, x, x.reshape(rows, -1, 128).sum(axis=2))
+        kernels = (int8.int8_kernel, int8.int8_scalar_kernel)
     outs = []
-    for kernel in (nf4.nf4_kernel, nf4.nf4_scalar_kernel):
+    for kernel in kernels:
         out = np.full((rows, 37), np.nan, dtype=np.float32)
-        kernel(packed.q, packed.absmax, NF4_LEVELS, even, odd, out)
+        kernel(*args, out)
         outs.append(out)
-    assert np.isfinite(outs[0]).all()
-    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-5 * np.abs(outs[1]).max())
+    return outs, kernels
+
+
+@pytest.mark.parametrize("kind", ["int8", "nf4"])
+@pytest.mark.parametrize("rows", [1, 2, 4, 5, 8, 9, 16, 19])
+def test_the_vector_kernels_equal_the_scalar_ones(kind, rows):
+    """The products as explicit vector code (vector_dots.py, where the CPU has AVX2 or
+    AVX-512) give the scalar kernels' results, which CPUs without them run."""
+    from ai00_like.rwkv.cpu import vector_dots
+
+    (vector, scalar), kernels = run_both_kernels(kind, rows)
+    if vector_dots.vector_width():
+        assert kernels[0] is not kernels[1]
+    assert np.isfinite(vector).all()
+    np.testing.assert_allclose(vector, scalar, rtol=1e-5, atol=1e-5 * np.abs(scalar).max())
 
 
 AVX2_ONLY = "+avx2,+fma,+f16c,+avx,+sse4.2,+popcnt,+bmi,+bmi2,+lzcnt,+movbe,-avx512f"
 
 
-def test_the_avx2_lookup_equals_the_scalar_kernel_too(tmp_path):
-    """Compiled for an AVX2 CPU without AVX-512 (most desktop CPUs), the lookup takes two
-    8-float permutes and a blend; run where numba compiles for such a CPU."""
-    from ai00_like.rwkv.cpu import nf4_lookup
+def test_the_avx2_kernels_equal_the_scalar_ones_too(tmp_path):
+    """Compiled for an AVX2 CPU without AVX-512 (most desktop CPUs; NF4's lookup then takes
+    two 8-float permutes and a blend): run where numba compiles for such a CPU."""
+    from ai00_like.rwkv.cpu import vector_dots
 
-    if nf4_lookup.vector_width() != 16:
+    if vector_dots.vector_width() != 16:
         pytest.skip("the host has no AVX-512: the default kernels are the AVX2 ones already")
     script = tmp_path / "avx2.py"
     script.write_text(
-        "import numpy as np\n"
-        "from ai00_like.rwkv.cpu import nf4, nf4_lookup\n"
-        "from ai00_like.rwkv.quant import NF4_LEVELS, QuantisedMatrix\n"
-        "assert nf4_lookup.vector_width() == 8\n"
-        "rng = np.random.default_rng(1)\n"
-        "p = nf4.PackedNF4.of(QuantisedMatrix.of('nf4', rng.standard_normal((37, 320), dtype=np.float32)))\n"
-        "for rows in (1, 4, 5, 9, 16):\n"
-        "    x = rng.standard_normal((rows, 320), dtype=np.float32)\n"
-        "    e, o = np.ascontiguousarray(x[:, 0::2]), np.ascontiguousarray(x[:, 1::2])\n"
-        "    a, b = np.full((rows, 37), np.nan, np.float32), np.full((rows, 37), np.nan, np.float32)\n"
-        "    nf4.nf4_kernel(p.q, p.absmax, NF4_LEVELS, e, o, a)\n"
-        "    nf4.nf4_scalar_kernel(p.q, p.absmax, NF4_LEVELS, e, o, b)\n"
-        "    assert np.abs(a - b).max() <= 1e-5 * np.abs(b).max(), rows\n"
+        "import numpy as np, sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from ai00_like.rwkv.cpu import vector_dots\n"
+        "from test_packed_weights import run_both_kernels\n"
+        "assert vector_dots.vector_width() == 8\n"
+        "for kind in ('int8', 'nf4'):\n"
+        "    for rows in (1, 4, 5, 8, 9, 16):\n"
+        "        (a, b), _ = run_both_kernels(kind, rows)\n"
+        "        assert np.abs(a - b).max() <= 1e-5 * np.abs(b).max(), (kind, rows)\n"
         "print('same')\n")
     env = {**os.environ, "NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": AVX2_ONLY,
            "NUMBA_CACHE_DIR": str(tmp_path / "numba")}

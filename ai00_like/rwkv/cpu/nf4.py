@@ -9,7 +9,7 @@ nibble), so with x split into its even and odd columns a block's share of a dot 
 
 A weight costs half a byte to read: decoding reads an eighth of fp32's bytes. Where the
 CPU has AVX2 or AVX-512, the levels are looked up sixteen or eight at a time in registers
-(nf4_lookup.py), 3 to 4 times faster than the scalar loop's table loads. Prefill
+(vector_dots.py), 3 to 4 times faster than the scalar loop's table loads. Prefill
 widens tiles of rows into fp32 for OpenBLAS (ops.linear), as for Int8 and 16-bit weights.
 
 Rows whose length is not a multiple of 64 (blocks would straddle rows) stay dequantised.
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..quant import BLOCK, NF4_LEVELS, QuantisedMatrix
-from . import intrinsics, nf4_lookup
+from . import intrinsics, vector_dots
 from .jit import LAUNCH
 
 NF4_BLOCK = BLOCK["nf4"]
@@ -63,7 +63,7 @@ def _build():
     if tools is None:
         return None, None, None, None
     jit, prange, widen, prefetch_rows = tools
-    dot_rows = nf4_lookup.build()
+    vector = vector_dots.build()
 
     @jit
     def scalar_matmul(Q, absmax, levels, x_even, x_odd, out):  # pragma: no cover - compiled by numba
@@ -101,8 +101,8 @@ def _build():
                 out[j, i] = s
                 j += 1
 
-    if dot_rows is not None:
-        dot8, dot4, dot1 = dot_rows(8), dot_rows(4), dot_rows(1)
+    if vector is not None:
+        dot8, dot4, dot1 = vector.nf4(8), vector.nf4(4), vector.nf4(1)
 
         @jit
         def vector_matmul(Q, absmax, levels, x_even, x_odd, out):  # pragma: no cover - compiled by numba
@@ -120,7 +120,7 @@ def _build():
                     dot1(Q, absmax, levels, x_even, x_odd, i, j, out)
                     j += 1
 
-    matmul = scalar_matmul if dot_rows is None else vector_matmul
+    matmul = scalar_matmul if vector is None else vector_matmul
 
     @jit
     def dequantise(Q, absmax, levels, out):  # pragma: no cover - compiled by numba

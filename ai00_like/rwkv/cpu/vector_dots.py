@@ -1,0 +1,217 @@
+"""The packed kernels' dot products as explicit vector code (LLVM IR through numba).
+
+Written as scalar loops (int8.py's and nf4.py's fallbacks), these products run below what
+the CPU can do, each for its own reason:
+
+* NF4: a weight is L[c] · absmax for a 4-bit code c. `L[c]` is a memory load per weight,
+  which LLVM vectorises (if at all) as a gather: the kernel spends its time looking
+  weights up, not reading them (5 billion weights a second on one core, against 11 for
+  Int8). A vector CPU indexes a 16-entry table faster with a permute of a register that
+  holds it: with AVX-512 one `vpermps` of 16 floats looks up 16 codes; with AVX2, two
+  permutes of 8 floats and a blend on the code's top bit do the same (15–20 billion).
+* Int8: a weight is low + step · q for a byte q; the bytes are widened to floats a vector
+  at a time (`vpmovzxbd`, `vcvtdq2ps`) and multiplied with x in the same registers.
+
+`nf4(rows)` and `int8(rows)` give intrinsics, callable from numba-compiled code, that
+compute for weight row i and `rows` consecutive rows j… of x
+
+    NF4:  out[j + r, i] = Σ_b absmax[i, b] · Σ_t (L[lo_t] · x_even[j + r, t] + L[hi_t] · x_odd[j + r, t])
+    Int8: out[j + r, i] = Σ_b (step_b · Σ_k q_k · x[j + r, k] + low_b · xsum[j + r, b])
+
+(an NF4 byte t holds codes 2t and 2t + 1), each widened vector of weights serving all
+`rows` rows of x. The arithmetic is the scalar kernels', fp32 multiply-adds of the same
+weights and activations, summed in another order.
+
+`build()` is None where the CPU has neither AVX-512 nor AVX2 with FMA, or without numba;
+int8.py and nf4.py then keep their scalar loops.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+from .jit import compiler
+
+NF4_BLOCK_BYTES = 32  # a 64-weight NF4 block: 32 bytes of two codes each
+INT8_BLOCK = 128  # weights of an Int8 block, a byte each
+
+
+class Kernels(NamedTuple):
+    nf4: Any  # rows → intrinsic(q, absmax, levels, x_even, x_odd, i, j, out)
+    int8: Any  # rows → intrinsic(q, bounds, x, xsum, i, j, out)
+
+
+def vector_width() -> int:
+    """Codes looked up per permute on the CPU numba compiles for: 16 (AVX-512), 8 (AVX2
+    with FMA) or 0. That is this machine's, unless NUMBA_CPU_FEATURES names others (numba
+    then compiles for those, e.g. a release built for older CPUs, or the AVX2 test)."""
+    try:
+        from llvmlite import binding
+        from numba.core import config
+    except ImportError:
+        return 0
+    if config.CPU_FEATURES:
+        features = {f[1:]: f[0] == "+" for f in config.CPU_FEATURES.split(",") if f[:1] in "+-" and f[1:]}
+    else:
+        features = binding.get_host_cpu_features()
+    if features.get("avx512f"):
+        return 16
+    if features.get("avx2") and features.get("fma"):
+        return 8
+    return 0
+
+
+@functools.cache
+def build():
+    """The intrinsics' factories for this CPU, or None."""
+    width = vector_width()
+    if compiler() is None or width == 0:
+        return None
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    f32, i8, i32, i64 = ir.FloatType(), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+    fvec, ivec, bvec = ir.VectorType(f32, width), ir.VectorType(i32, width), ir.VectorType(i8, width)
+
+    def splat(value, vector):
+        return ir.Constant(vector, [value] * width)
+
+    def declare(builder, name, returns, *args):
+        return cgutils.get_or_insert_function(builder.module, ir.FunctionType(returns, list(args)), name)
+
+    def lookup_with(builder, levels_ptr):
+        """A function codes → levels for this CPU, its table loaded once into registers."""
+        if width == 16:
+            table = builder.load(builder.bitcast(levels_ptr, fvec.as_pointer()), align=4)
+            permute = declare(builder, "llvm.x86.avx512.permvar.sf.512", fvec, fvec, ivec)
+            return lambda codes: builder.call(permute, [table, codes])
+        low = builder.load(builder.bitcast(levels_ptr, fvec.as_pointer()), align=4)
+        high = builder.load(builder.bitcast(builder.gep(levels_ptr, [ir.Constant(i64, 8)]), fvec.as_pointer()),
+                            align=4)
+        permute = declare(builder, "llvm.x86.avx2.permps", fvec, fvec, ivec)
+        seven = splat(7, ivec)
+
+        def lookup(codes):  # the permute reads the low 3 bits; the 4th picks the half
+            upper = builder.icmp_unsigned(">", codes, seven)
+            return builder.select(upper, builder.call(permute, [high, codes]), builder.call(permute, [low, codes]))
+        return lookup
+
+    def row_pointer(context, builder, array_type, value, row):
+        """Address of array[row, 0] for a C-contiguous 2-D array."""
+        array = context.make_array(array_type)(context, builder, value)
+        stride = cgutils.unpack_tuple(builder, array.strides)[0]
+        raw = builder.gep(builder.bitcast(array.data, i8.as_pointer()), [builder.mul(row, stride)])
+        return builder.bitcast(raw, array.data.type), cgutils.unpack_tuple(builder, array.shape)
+
+    def load_vector(builder, base, offset, vector, align):
+        return builder.load(builder.bitcast(builder.gep(base, [offset]), vector.as_pointer()), align=align)
+
+    def broadcast(builder, value):
+        value = builder.insert_element(ir.Constant(fvec, ir.Undefined), value, ir.Constant(i32, 0))
+        return builder.shuffle_vector(value, ir.Constant(fvec, ir.Undefined), ir.Constant(ivec, None))
+
+    def widen_half(builder, pointer, index):
+        """An fp16 stored as its uint16 bits, as float32."""
+        return builder.fpext(builder.bitcast(builder.load(builder.gep(pointer, [index])), ir.HalfType()), f32)
+
+    def write_sums(context, builder, out_t, out, totals, j, i, extra=None):
+        """out[j + r, i] = the lanes of totals[r] added up (+ extra[r])."""
+        reduce = declare(builder, f"llvm.vector.reduce.fadd.v{width}f32", f32, f32, fvec)
+        out_array = context.make_array(out_t)(context, builder, out)
+        for r, total in enumerate(totals):
+            value = builder.call(reduce, [ir.Constant(f32, 0.0), builder.load(total)])
+            if extra is not None:
+                value = builder.fadd(value, builder.load(extra[r]))
+            target = cgutils.get_item_pointer(context, builder, out_t, out_array, [builder.add(j, ir.Constant(i64, r)), i])
+            builder.store(value, target)
+
+    def nf4_dot(rows: int):
+        def codegen(context, builder, sig, args):
+            q_t, absmax_t, levels_t, even_t, odd_t, _, _, out_t = sig.args
+            q, absmax, levels, even, odd, i, j, out = args
+            q_row, (_, half) = row_pointer(context, builder, q_t, q, i)
+            scales, _ = row_pointer(context, builder, absmax_t, absmax, i)
+            xs = [(row_pointer(context, builder, even_t, even, builder.add(j, ir.Constant(i64, r)))[0],
+                   row_pointer(context, builder, odd_t, odd, builder.add(j, ir.Constant(i64, r)))[0])
+                  for r in range(rows)]
+            lookup = lookup_with(builder, context.make_array(levels_t)(context, builder, levels).data)
+            fma = declare(builder, f"llvm.fma.v{width}f32", fvec, fvec, fvec, fvec)
+            total = [cgutils.alloca_once_value(builder, ir.Constant(fvec, None)) for _ in range(rows)]
+            nibble, four = splat(15, ivec), splat(4, ivec)
+            blocks = builder.udiv(half, ir.Constant(i64, NF4_BLOCK_BYTES))
+            with cgutils.for_range(builder, blocks) as loop:
+                start = builder.mul(loop.index, ir.Constant(i64, NF4_BLOCK_BYTES))
+                sums = [ir.Constant(fvec, None)] * rows
+                for part in range(0, NF4_BLOCK_BYTES, width):
+                    at = builder.add(start, ir.Constant(i64, part))
+                    codes = builder.zext(load_vector(builder, q_row, at, bvec, 1), ivec)
+                    w_even = lookup(builder.and_(codes, nibble))
+                    w_odd = lookup(builder.lshr(codes, four))
+                    for r, (x_even, x_odd) in enumerate(xs):
+                        sums[r] = builder.call(fma, [w_even, load_vector(builder, x_even, at, fvec, 4), sums[r]])
+                        sums[r] = builder.call(fma, [w_odd, load_vector(builder, x_odd, at, fvec, 4), sums[r]])
+                scale = broadcast(builder, widen_half(builder, scales, loop.index))
+                for r in range(rows):
+                    builder.store(builder.call(fma, [sums[r], scale, builder.load(total[r])]), total[r])
+            write_sums(context, builder, out_t, out, total, j, i)
+            return context.get_dummy_value()
+
+        @intrinsic
+        def dot(typingctx, q, absmax, levels, x_even, x_odd, i, j, out):
+            arrays = (q, absmax, levels, x_even, x_odd)
+            if any(not isinstance(a, types.Array) or a.layout != "C" for a in arrays):
+                return None
+            if (q.dtype, absmax.dtype, levels.dtype, x_even.dtype, x_odd.dtype) != \
+                    (types.uint8, types.uint16, types.float32, types.float32, types.float32):
+                return None
+            return types.void(q, absmax, levels, x_even, x_odd, types.int64, types.int64, out), codegen
+
+        return dot
+
+    def int8_dot(rows: int):
+        def codegen(context, builder, sig, args):
+            q_t, bounds_t, x_t, xsum_t, _, _, out_t = sig.args
+            q, bounds, x, xsum, i, j, out = args
+            q_row, (_, cols) = row_pointer(context, builder, q_t, q, i)
+            limits, _ = row_pointer(context, builder, bounds_t, bounds, i)
+            xs = [row_pointer(context, builder, x_t, x, builder.add(j, ir.Constant(i64, r)))[0] for r in range(rows)]
+            x_sums = [row_pointer(context, builder, xsum_t, xsum, builder.add(j, ir.Constant(i64, r)))[0]
+                      for r in range(rows)]
+            fma = declare(builder, f"llvm.fma.v{width}f32", fvec, fvec, fvec, fvec)
+            total = [cgutils.alloca_once_value(builder, ir.Constant(fvec, None)) for _ in range(rows)]
+            offset = [cgutils.alloca_once_value(builder, ir.Constant(f32, 0.0)) for _ in range(rows)]
+            blocks = builder.udiv(cols, ir.Constant(i64, INT8_BLOCK))
+            with cgutils.for_range(builder, blocks) as loop:
+                start = builder.mul(loop.index, ir.Constant(i64, INT8_BLOCK))
+                sums = [ir.Constant(fvec, None)] * rows
+                for part in range(0, INT8_BLOCK, width):
+                    at = builder.add(start, ir.Constant(i64, part))
+                    weights = builder.uitofp(load_vector(builder, q_row, at, bvec, 1), fvec)
+                    for r, x_row in enumerate(xs):
+                        sums[r] = builder.call(fma, [weights, load_vector(builder, x_row, at, fvec, 4), sums[r]])
+                two_b = builder.mul(loop.index, ir.Constant(i64, 2))
+                low = widen_half(builder, limits, two_b)
+                high = widen_half(builder, limits, builder.add(two_b, ir.Constant(i64, 1)))
+                step = broadcast(builder, builder.fdiv(builder.fsub(high, low), ir.Constant(f32, 255.0)))
+                for r in range(rows):
+                    builder.store(builder.call(fma, [sums[r], step, builder.load(total[r])]), total[r])
+                    block_x = builder.load(builder.gep(x_sums[r], [loop.index]))
+                    builder.store(builder.fadd(builder.load(offset[r]), builder.fmul(low, block_x)), offset[r])
+            write_sums(context, builder, out_t, out, total, j, i, offset)
+            return context.get_dummy_value()
+
+        @intrinsic
+        def dot(typingctx, q, bounds, x, xsum, i, j, out):
+            arrays = (q, bounds, x, xsum)
+            if any(not isinstance(a, types.Array) or a.layout != "C" for a in arrays):
+                return None
+            if (q.dtype, bounds.dtype, x.dtype, xsum.dtype) != (types.uint8, types.uint16, types.float32, types.float32):
+                return None
+            return types.void(q, bounds, x, xsum, types.int64, types.int64, out), codegen
+
+        return dot
+
+    return Kernels(functools.cache(nf4_dot), functools.cache(int8_dot))
