@@ -156,6 +156,8 @@ def add_convert(subparsers) -> None:
                         "layout only, read by this server)")
     p.add_argument("--quant-type", choices=("int8", "nf4"), default="int8",
                    help="Int8 (blocks of 128, ~0.52 of fp16) or NF4 (blocks of 64, ~0.27) (default: int8)")
+    p.add_argument("--quant-head", action="store_true",
+                   help="the head (output matrix) as Int8 blocks too (a prefab, as --quant)")
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
     p.set_defaults(handler=cmd_convert)
 
@@ -175,12 +177,12 @@ def cmd_convert(args: argparse.Namespace) -> int:
         print(f"{PROG}: warning: Ai00/web-rwkv only load fp16 files; writing {args.dtype} anyway", file=sys.stderr)
 
     ckpt = read_checkpoint(args.input, keep_bf16=True)
-    if args.quant:
+    if args.quant or args.quant_head:
         from .rwkv.quant import quantise_tensors
 
         if args.layout != "official":
             raise ModelFileError(out, "a quantised model is written in the official layout only")
-        ckpt.tensors = quantise_tensors(ckpt.tensors, args.quant, args.quant_type)
+        ckpt.tensors = quantise_tensors(ckpt.tensors, args.quant, args.quant_type, head=args.quant_head)
     itemsize = 4 if args.dtype == "fp32" else 2
     total = sum(arr.size for arr in ckpt.tensors.values()) * itemsize
     partial = out.with_name(out.name + ".part")  # never leave a half-written OUT behind
@@ -201,7 +203,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
     info = ckpt.info
     print(
         f"{out}: RWKV v{info.version} L{info.n_layer} D{info.n_embd} vocab {info.vocab}, "
-        f"{args.dtype}, {args.layout} layout" + (f", {args.quant} layers {args.quant_type}" if args.quant else ""),
+        f"{args.dtype}, {args.layout} layout" + (f", {args.quant} layers {args.quant_type}" if args.quant else "")
+        + (", head int8" if args.quant_head else ""),
         file=sys.stderr,
     )
     return 0
@@ -297,6 +300,7 @@ def add_pull(subparsers) -> None:
     p.add_argument("--quant", type=int, default=0, metavar="N",
                    help="also write it as safetensors with the first N layers quantised (as `convert --quant`)")
     p.add_argument("--quant-type", choices=("int8", "nf4"), default="int8")
+    p.add_argument("--quant-head", action="store_true", help="the head as Int8 blocks too (as `convert --quant-head`)")
     p.set_defaults(handler=cmd_pull)
 
 
@@ -327,9 +331,10 @@ def cmd_pull(args) -> int:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR
     print(path)
-    if args.convert or args.quant:
+    if args.convert or args.quant or args.quant_head:
         converted = argparse.Namespace(input=path, output=None, dtype=args.convert or "bf16", layout="official",
-                                       quant=args.quant, quant_type=args.quant_type, force=False)
+                                       quant=args.quant, quant_type=args.quant_type, quant_head=args.quant_head,
+                                       force=False)
         if code := cmd_convert(converted):
             return code
         path = path.with_suffix(".st")

@@ -49,6 +49,7 @@ class ModelSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     precision: str = "auto"  # how the weights are kept: auto (the file's), fp32, fp16, bf16 (Ai00's Fp16/Fp32 too)
     quant: NonNegative = 0  # layers whose projections are quantised, from the first
     quant_type: str = "int8"  # int8, nf4 or none (Ai00's Int8/NF4/None too)
+    quant_head: bool = False  # the head (output matrix) as Int8 blocks too (ours)
     max_batch: Positive = 8
     token_chunk_size: Positive = 256
     cache_bytes: NonNegative = 1 << 30
@@ -158,6 +159,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             precision=self.model.precision,
             quant=self.model.quant,
             quant_type=self.model.quant_type,
+            quant_head=self.model.quant_head,
             max_batch=self.model.max_batch,
             token_chunk_size=self.model.token_chunk_size,
             loras=tuple(LoraSpec(str(self._in_model_dir(lora.path)), lora.alpha) for lora in self.lora),

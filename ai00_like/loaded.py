@@ -16,7 +16,7 @@ import numpy as np
 from .identity import weights_identity
 from .messages import ModelInfoEvent, ModelSpec
 from .rwkv import load_model, load_state
-from .rwkv.quant import quantisation_of
+from .rwkv.quant import head_quantised, quantisation_of
 from .rwkv.state import State
 from .rwkv.tokenizer import default_tokenizer_path, load_tokenizer
 from .run import Backend
@@ -97,9 +97,11 @@ def build(spec: ModelSpec, progress=None) -> LoadedModel:
     """Load model, tokenizer and initial states, and start a backend for them."""
     model = load_model(spec.path, spec.device, max_batch=spec.max_batch,
                        loras=[(lora.path, lora.alpha) for lora in spec.loras], progress=progress,
-                       precision=spec.precision, quant=spec.quant, quant_type=spec.quant_type)
+                       precision=spec.precision, quant=spec.quant, quant_type=spec.quant_type,
+                       quant_head=spec.quant_head)
     layers, kind = quantisation_of(model.tensors)  # a saved quantised model stays quantised
     spec = msgspec.structs.replace(spec, quant=layers, quant_type=kind) if layers else spec
+    spec = msgspec.structs.replace(spec, quant_head=head_quantised(model.tensors))
     spec = msgspec.structs.replace(spec, precision=model.precision)  # what "auto" became
     tokenizer = load_tokenizer(spec.tokenizer or default_tokenizer_path())
     states = {s.id: load_state(s.path, model.info) for s in spec.states}

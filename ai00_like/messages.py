@@ -72,6 +72,7 @@ class ModelSpec(msgspec.Struct, frozen=True):
     precision: str = "auto"
     quant: int = 0
     quant_type: str = "int8"
+    quant_head: bool = False  # the head as Int8 blocks too
     max_batch: int = 8
     token_chunk_size: int = 256
     loras: tuple[LoraSpec, ...] = ()

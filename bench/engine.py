@@ -5,7 +5,8 @@ A seeded v7 checkpoint of the 0.1B shape (L12, D768, V65536) in fp32, saved once
 prefill tokens/s of a 512-token prompt, decode tokens/s at batch 1, 4 and 16, and the
 process's peak memory. Ours also runs on the same weights saved as a bf16 `.pth` (as RWKV
 models are released) at the precisions of `--precisions` (default bf16 and fp16, kept
-16-bit in memory, and Int8 and NF4 of every layer), each against our fp32 run. Prints a table, then one JSON line of
+16-bit in memory, and Int8 and NF4 of every layer, with the head 16-bit and with it Int8),
+each against our fp32 run. Prints a table, then one JSON line of
 results and ratios.
 
 Each library picks its own CPU kernels, as it does on a user's machine: numpy's OpenBLAS
@@ -66,7 +67,9 @@ from threadpoolctl import threadpool_info
 import os
 t = time.perf_counter()
 kept = os.environ.get("BENCH_PRECISION", "auto")  # a precision, or int8/nf4: every layer's projections quantised
-quantised = dict(quant=1000, quant_type=kept) if kept in ("int8", "nf4") else dict(precision=kept)
+kind, _, head = kept.partition("+")  # int8+head, nf4+head: the head as Int8 blocks too (quant_head)
+quantised = dict(quant=1000, quant_type=kind, quant_head=head == "head") if kind in ("int8", "nf4") \
+    else dict(precision=kept)
 model = load_model(path, device="cpu", max_batch=max(batches), **quantised)
 load_s = time.perf_counter() - t
 blas = next((f"{i['internal_api']} {i.get('architecture')}" for i in threadpool_info() if i["user_api"] == "blas"), "?")
@@ -144,9 +147,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a 4-layer D256 model instead of the 0.1B shape")
     parser.add_argument("--no-reference", action="store_true", help="only our engine")
-    parser.add_argument("--precisions", default="bf16,fp16,int8,nf4",
+    parser.add_argument("--precisions", default="bf16,fp16,int8,nf4,int8+head,nf4+head",
                         help="ours also on the bf16 .pth at these precisions, int8 and nf4 quantising every "
-                             "layer at load (default bf16,fp16,int8,nf4; '' for none)")
+                             "layer at load, +head the head too (default bf16,fp16,int8,nf4,int8+head,nf4+head; "
+                             "'' for none)")
     parser.add_argument("--llama-cpp", action="store_true",
                         help="also llama.cpp on the same weights as f16/q8_0/q4_0 GGUF (builds it once)")
     args = parser.parse_args()

@@ -45,11 +45,13 @@ def _quantised(kind: str):
     return lambda tensors, path: write_safetensors(quantise_tensors(tensors, 2, kind), path)
 
 
-# form → (file name, writer, the precision "auto" keeps on the numpy backend, quantised at load)
+# form → (file name, writer, the precision "auto" keeps on the numpy backend, quantised at
+# load, the head quantised at load too)
 FORMS = {
     "bf16.pth": ("model.pth", lambda t, p: write_pth(t, p, "bf16"), "bf16"),
     "bf16.pth, int8 at load": ("model.pth", lambda t, p: write_pth(t, p, "bf16"), "bf16", "int8"),
     "bf16.pth, nf4 at load": ("model.pth", lambda t, p: write_pth(t, p, "bf16"), "bf16", "nf4"),
+    "bf16.pth, nf4 and an int8 head at load": ("model.pth", lambda t, p: write_pth(t, p, "bf16"), "bf16", "nf4", True),
     "fp16.pth": ("model.pth", lambda t, p: write_pth(t, p, "fp16"), "fp16"),
     "fp32.pth": ("model.pth", lambda t, p: write_pth(t, p, "fp32"), "fp32"),
     "fp16.st": ("model.st", lambda t, p: write_safetensors(t, p, layout="official", dtype="fp16"), "fp16"),
@@ -62,6 +64,10 @@ DEVICES = ["cpu", pytest.param("gpu", marks=NEEDS_GPU)]
 
 def _quant(form: str) -> str | None:
     return FORMS[form][3] if len(FORMS[form]) > 3 else None
+
+
+def _quant_head(form: str) -> bool:
+    return len(FORMS[form]) > 4 and FORMS[form][4]
 
 
 @functools.cache
@@ -83,7 +89,7 @@ def _reference(folder) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
         for case, form in keys:
             tensors = read_checkpoint(_file(case, form, folder)).tensors
             if _quant(form):  # what the loader will compute with: the file's weights, quantised
-                tensors = quantise_tensors(tensors, 99, _quant(form))
+                tensors = quantise_tensors(tensors, 99, _quant(form), head=_quant_head(form))
             widened = {k: np.asarray(v, dtype=np.float32) for k, v in tensors.items()}
             jobs.append((widened, prompt_for(case, CASES[case][1]["vocab"])))
         out.update(zip(keys, reference.greedy_runs(jobs, v7, STEPS)))
@@ -101,11 +107,13 @@ def folder(tmp_path_factory):
 def test_every_file_form_matches_the_reference(folder, case, form, device):
     want_logits, want_tokens = _reference(folder)[case, form]
     model = load_model(_file(case, form, folder), device, quant=99 if _quant(form) else 0,
-                       quant_type=_quant(form) or "none")
+                       quant_type=_quant(form) or "none", quant_head=_quant_head(form))
     if device == "cpu":  # "auto" keeps the file's own precision; Int8 stays packed
         assert model.precision == FORMS[form][2]
         packed = isinstance(model.blocks[0].channel_mix.W["key"], PackedInt8)
-        assert packed == ("int8" in form and model.info.n_embd % 128 == 0)
+        whole_blocks = model.info.n_embd % 128 == 0
+        assert packed == ((form == "int8 prefab" or _quant(form) == "int8") and whole_blocks)
+        assert isinstance(model.head, PackedInt8) == (_quant_head(form) and whole_blocks)
     logits, tokens = greedy(model, prompt_for(case, CASES[case][1]["vocab"]), STEPS)
     errors = [rel_err(ours, theirs) for ours, theirs in zip(logits, want_logits)]
     assert max(errors) < TOLERANCE, f"worst step {int(np.argmax(errors))}: {max(errors):.2e}"

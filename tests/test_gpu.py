@@ -399,20 +399,23 @@ def test_subgroup_matrix_vector_kernels(models, entry, x_off):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("quant_type", ["int8", "nf4"])
-def test_a_prefab_gives_the_same_logits_on_both_backends(quant_type, tmp_path):
+@pytest.mark.parametrize("quant_type,head", [("int8", False), ("nf4", False), ("nf4", True)])
+def test_a_prefab_gives_the_same_logits_on_both_backends(quant_type, head, tmp_path):
     """The same packed blocks, read by the CPU's kernels (kept packed, fused at batch 1) and by
-    the GPU's shaders: the same logits to within fp32 rounding."""
+    the GPU's shaders: the same logits to within fp32 rounding; with the head in Int8 blocks
+    too (quant_head)."""
     from ai00_like.rwkv import load_model
     from ai00_like.rwkv.formats.safetensors import write_safetensors
     from ai00_like.rwkv.quant import quantise_tensors
 
     path = tmp_path / "prefab.st"
     tensors = make_checkpoint("7", n_layer=2, n_embd=128, head_size=32, vocab=1000, seed=9)
-    write_safetensors(quantise_tensors(tensors, 2, quant_type), path, dtype="fp32")
+    write_safetensors(quantise_tensors(tensors, 2, quant_type, head=head), path, dtype="fp32")
     cpu = load_model(str(path), device="cpu", precision="fp32")
     gpu = load_model(str(path), device="gpu", precision="fp32")
     assert type(cpu.blocks[0].channel_mix.W["key"]).__name__ == f"Packed{'Int8' if quant_type == 'int8' else 'NF4'}"
+    assert (type(cpu.head).__name__ == "PackedInt8") == head
+    assert (gpu.head.format == "int8") == head
     prompt = tokens(51, 12, vocab=1000)
     want, want_ids = greedy(cpu, prompt, 8)
     got, got_ids = greedy(gpu, prompt, 8)

@@ -81,6 +81,36 @@ def test_convert_writes_a_quantised_model(tmp_path):
     assert main(["convert", str(path), str(tmp_path / "w.st"), "--quant", "1", "--layout", "web-rwkv"]) == 2
 
 
+def test_the_head_quantised_is_kept_through_config_save_and_convert(tmp_path):
+    """[model] quant_head: the head as Int8 blocks; the server reports it, a saved prefab keeps
+    it (loaded back with nothing asked), and `convert --quant-head` writes the same model."""
+    from ai00_like.cli import main
+    from ai00_like.rwkv.quant import head_quantised
+
+    path = write_model(tmp_path / "tiny.st")
+    greedy = {"prompt": "The cat", "max_tokens": 8, "temperature": 0}
+    with ServerThread(config_for(tmp_path, 'quant = 1\nquant_type = "NF4"\nquant_head = true\ndevice = "cpu"')) as server:
+        info = server.get("/api/models/info").json()["reload"]
+        assert (info["quant"], info["quant_type"], info["quant_head"]) == (1, "nf4", True)
+        want = server.post("/v1/completions", greedy).json()["choices"][0]["text"]
+        assert server.post("/admin/models/save", {"path": "tiny-head.st"}).status == 200
+        r = server.post("/admin/models/load", {"model_path": "tiny.st", "quant": 1, "quant_type": "nf4",
+                                               "quant_head": False})
+        assert r.status == 200 and r.json()["reload"]["quant_head"] is False
+        r = server.post("/admin/models/load", {"model_path": "tiny-head.st", "quant": 0, "quant_head": False})
+        assert r.status == 200 and r.json()["reload"]["quant_head"] is True  # what is loaded
+        assert server.post("/v1/completions", greedy).json()["choices"][0]["text"] == want
+    saved = load_model(tmp_path / "tiny-head.st", "cpu")
+    assert head_quantised(saved.tensors) and quantisation_of(saved.tensors) == (1, "nf4")
+    assert main(["convert", str(path), str(tmp_path / "c.st"), "--quant", "1", "--quant-type", "nf4",
+                 "--quant-head"]) == 0
+    converted = load_model(tmp_path / "c.st", "cpu")
+    assert head_quantised(converted.tensors)
+    np.testing.assert_array_equal(converted.forward(PROMPT)[0], saved.forward(PROMPT)[0])
+    plain = load_model(path, "cpu", quant=1, quant_type="nf4").forward(PROMPT)[0]
+    assert np.abs(plain - saved.forward(PROMPT)[0]).max() > 0  # the head's blocks are really in use
+
+
 @NEEDS_GPU
 @pytest.mark.parametrize("kind", ["int8", "nf4"])
 def test_quantised_logits_agree_between_the_backends(tmp_path, kind):

@@ -561,13 +561,16 @@ def test_models_page_saves_the_model_and_sends_load_options(page, server, model_
     page.select_option('#load-form [name="precision"]', "bf16")
     page.select_option('#load-form [name="quant_type"]', "Int8")
     page.fill('#load-form [name="quant"]', "2")
+    page.check('#load-form [name="quant_head"]')
     with page.expect_response("**/admin/models/load") as response:
         page.click("#load-button")
     body = last_request_body(response.value.request)
-    assert (body["model_path"], body["device"], body["precision"], body["quant_type"], body["quant"]) == \
-        ("demo-copy.st", "cpu", "bf16", "Int8", 2)
-    if response.value.ok:  # the fp16 file kept as bf16, as asked
+    assert (body["model_path"], body["device"], body["precision"], body["quant_type"], body["quant"],
+            body["quant_head"]) == ("demo-copy.st", "cpu", "bf16", "Int8", 2, True)
+    if response.value.ok:  # the fp16 file kept as bf16, as asked, its head Int8
         page.locator("#load-result", has_text="Loaded demo-copy: device cpu, bf16").wait_for()
+        page.locator("#load-result", has_text="head int8").wait_for()
+        assert response.value.json()["reload"]["quant_head"] is True
     else:
         message = response.value.json()["error"]["message"]
         page.locator("#load-result.error", has_text=message).wait_for()
@@ -575,6 +578,7 @@ def test_models_page_saves_the_model_and_sends_load_options(page, server, model_
     # Back to the plain demo model for the other tests.
     page.select_option('#load-form [name="quant_type"]', "None")
     page.fill('#load-form [name="quant"]', "0")
+    page.uncheck('#load-form [name="quant_head"]')
     page.select_option('#load-form [name="precision"]', "auto")
     page.select_option("#load-model", "demo.st")
     page.click("#load-button")

@@ -34,6 +34,7 @@ def load_model(
     precision: str = "auto",
     quant: int = 0,
     quant_type: str = "int8",
+    quant_head: bool = False,
 ) -> Model:
     """Load a checkpoint (format and version detected from the file) onto a backend.
 
@@ -50,6 +51,8 @@ def load_model(
     `quant` layers as `quant_type` "int8" or "nf4" (rwkv-spec §6; Ai00's
     "Int8"/"NF4"/"None" too) on both backends, with the same weights: the numpy backend
     keeps Int8 packed where its rows are whole blocks and dequantises the rest and NF4.
+    `quant_head` stores the head (the output matrix) as Int8 blocks too, on both backends:
+    about half of a 16-bit head's bytes, read once per token.
     A saved quantised model loads back quantised as it was.
     `progress(done, total)` follows the preparation of the layers (where fp16/bf16 weights
     are converted).
@@ -64,7 +67,8 @@ def load_model(
     # bf16 stays mapped here and is widened layer by layer in the model, with the rest.
     checkpoint = read_checkpoint(path, loras=loras, keep_bf16=True)
     initial = load_state(state, checkpoint.info) if state is not None else None
-    tensors = quantise_tensors(checkpoint.tensors, quant, quant_type) if quant else checkpoint.tensors
+    tensors = quantise_tensors(checkpoint.tensors, quant, quant_type, head=quant_head) \
+        if quant or quant_head else checkpoint.tensors
     if adapter is not None:
         from .gpu.model import GpuModel, check_gpu_shape
 

@@ -140,15 +140,29 @@ class QuantisedMatrix:
         return self.packed[w0:w1], self.scales[s0:s1]
 
 
-def quantise_tensors(tensors: Mapping[str, np.ndarray], layers: int, kind: str) -> dict:
+HEAD = "head.weight"
+HEAD_KIND = "int8"  # the head's blocks whatever the layers' type (see quantise_tensors)
+
+
+def quantise_tensors(tensors: Mapping[str, np.ndarray], layers: int, kind: str, *, head: bool = False) -> dict:
     """`tensors` with the projections of the first `layers` layers as QuantisedMatrix (those
-    that already are stay as they are)."""
+    that already are stay as they are), and with `head` the head as Int8 blocks.
+
+    The head (vocabulary × embedding, the largest matrix) turns the last layer into logits,
+    where a 4-bit error moves every token's score: it is Int8 even in an NF4 model, as
+    llama.cpp keeps its 4-bit models' output matrix at 6 bits."""
     out = dict(tensors)
     for name, weights in tensors.items():
         match = PROJECTION.match(name)
         if match and int(match.group(1)) < layers and not isinstance(weights, QuantisedMatrix):
             out[name] = QuantisedMatrix.of(kind, weights)
+    if head and not isinstance(tensors[HEAD], QuantisedMatrix):
+        out[HEAD] = QuantisedMatrix.of(HEAD_KIND, tensors[HEAD])
     return out
+
+
+def head_quantised(tensors: Mapping[str, object]) -> bool:
+    return isinstance(tensors.get(HEAD), QuantisedMatrix)
 
 
 def quantisation_of(tensors: Mapping[str, object]) -> tuple[int, str]:

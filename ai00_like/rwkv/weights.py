@@ -51,8 +51,10 @@ def precision_of(weights) -> str:
 
 
 def file_precision(tensors: Mapping[str, np.ndarray]) -> str:
-    """The format a checkpoint stores its large matrices in: that of its head."""
-    return precision_of(tensors["head.weight"])
+    """The format a checkpoint stores its large matrices in: that of its head, or of its
+    embedding where the head is quantised (quant_head)."""
+    head = tensors["head.weight"]
+    return precision_of(head if isinstance(head, np.ndarray) else tensors["emb.weight"])
 
 
 def stored(weights, precision: str, name: str = "", source: str = "the model") -> np.ndarray:

@@ -20,6 +20,7 @@ export function renderLoaded(status) {
     if (r.lora.length) line("LoRAs", r.lora.map((l) => `${l.path} ×${l.alpha}`).join(", "));
     if (status.states.length) line("States", status.states.map((s) => s.name + (s.default ? " (default)" : "")).join(", "));
     if (r.quant) line("Quantisation", `${r.quant_type}, first ${r.quant} layers`);
+    if (r.quant_head) line("Head", "int8");
     if (r.precision) line("Precision", r.precision);
     box.dataset.model = r.model_path;
     badge.textContent = status.id;

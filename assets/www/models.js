@@ -85,6 +85,7 @@ async function loadModel(event) {
   const body = { model_path: data.get("model_path") };
   for (const k of ["device", "precision", "quant_type", "served_name", "tokenizer_path"]) if (data.get(k)) body[k] = data.get(k);
   for (const k of ["quant", "max_batch", "token_chunk_size"]) if (data.get(k) !== "") body[k] = Number(data.get(k));
+  body.quant_head = data.get("quant_head") === "on";
   body.lora = [...$("#load-loras").querySelectorAll("label")].filter((l) => l.querySelector("input[type=checkbox]").checked)
     .map((l) => ({ path: l.querySelector("input[type=checkbox]").value, alpha: Number(l.querySelector("input[type=number]").value) }));
   body.state = [...$("#load-states").querySelectorAll("label")].filter((l) => l.querySelector("input[type=checkbox]").checked)
@@ -95,7 +96,7 @@ async function loadModel(event) {
       renderSettings("chat"); renderSettings("continue");
       const r = status.reload;
       return `Loaded ${status.id}: device ${r.device}, ${r.precision}, quantisation ${r.quant_type}`
-        + (r.quant ? ` (first ${r.quant} layers)` : "") + `, max batch ${r.max_batch}.`;
+        + (r.quant ? ` (first ${r.quant} layers)` : "") + (r.quant_head ? ", head int8" : "") + `, max batch ${r.max_batch}.`;
     });
 }
 

@@ -71,6 +71,7 @@ def reload_spec(req: ReloadRequest, serving: Serving) -> ModelSpec:
         precision=precision,
         quant=quant,
         quant_type=quant_type,
+        quant_head=model.quant_head if req.quant_head is None else req.quant_head,
         max_batch=req.max_batch or config.model.max_batch,
         token_chunk_size=req.token_chunk_size or config.model.token_chunk_size,
         loras=tuple(LoraSpec(str(inside(root, lora.path, f"lora[{i}].path")), lora.alpha)

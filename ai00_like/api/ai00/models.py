@@ -51,6 +51,7 @@ def status(serving: Serving, event: ModelInfoEvent | None) -> ServerStatus:
         token_chunk_size=spec.token_chunk_size, max_batch=spec.max_batch,
         tokenizer_path=spec.tokenizer or "", served_name=spec.name, device=spec.device,
         precision=spec.precision, quant=spec.quant, quant_type=spec.quant_type if spec.quant else "none",
+        quant_head=spec.quant_head,
     )
     counters = event.counters
     prompt_rate, generated_rate = serving.throughput.rates(counters)

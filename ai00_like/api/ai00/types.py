@@ -46,6 +46,7 @@ class ReloadRequest(msgspec.Struct, kw_only=True):
     state: list[StateItem] = msgspec.field(default_factory=list)
     quant: int | None = None
     quant_type: str | None = None
+    quant_head: bool | None = None  # ours: the head as Int8 blocks too; None: the config's
     precision: str | None = None
     token_chunk_size: int | None = None  # None: the config's
     max_batch: int | None = None
@@ -64,6 +65,7 @@ class ReloadInfo(msgspec.Struct, kw_only=True):
     state: list[StateItem]
     quant: int = 0
     quant_type: str = "none"
+    quant_head: bool = False
     precision: str = "auto"
     token_chunk_size: int
     max_batch: int

@@ -19,7 +19,7 @@ from ..weights import as_float32, embedding_rows, file_precision, stored
 from .blocks import Block, Context
 from .fused7 import OneRowLayers
 from .jit import in_passing_thread
-from .ops import SKINNY_ROWS, keeps_16bit, layer_norm, linear, pinned_blas_note, threads_for
+from .ops import SKINNY_ROWS, keeps_16bit, kernel_form, layer_norm, linear, pinned_blas_note, threads_for
 from .skinny import skinny_matmul
 
 HEAD_BLOCK = 2048  # rows of the head per product when decoding a batch
@@ -57,7 +57,7 @@ class CpuModel:
         # numba has the cores for a single row anyway.
         self.one_row = OneRowLayers.of(self.blocks) if self.single_row_in_numba else None
         self.ln_out = (vec("ln_out.weight"), vec("ln_out.bias"))
-        self.head = stored(tensors["head.weight"], precision, "head.weight", source)
+        self.head = kernel_form(stored(tensors["head.weight"], precision, "head.weight", source))
         if progress:
             progress(info.n_layer + 1, info.n_layer + 1)
         self.pool = StatePool(info, max_batch, initial_state)

@@ -19,7 +19,7 @@ import numpy as np
 from ..batch import StepInput, StepLayout
 from ..cpu.ops import layer_norm
 from ..info import ModelInfo
-from ..quant import quant_options, quantise_tensors
+from ..quant import QuantisedMatrix, quant_options, quantise_tensors
 from ..state import State
 from ..weights import LayerWeights, as_float32, embedding_rows, file_precision
 from .blocks import Block
@@ -47,7 +47,8 @@ class GpuModel:
         "fp32" in f32; "auto" keeps an fp32 file's fp32 and an fp16 or bf16 file's 16 bits as
         f16 (the kernels have no bf16: "bf16" is f16 too, with a log line).
         `quant` > 0 stores the projections of the first `quant` layers (not the LoRAs, not
-        the head) as `quant_type` "int8" or "nf4" blocks (rwkv-spec §6); projections that
+        the head, which only `load_model`'s quant_head makes Int8) as `quant_type` "int8" or
+        "nf4" blocks (rwkv-spec §6); projections that
         are already `QuantisedMatrix` (a saved quantised model, or `load_model`'s doing) are
         uploaded as they are."""
         precision, quant, quant_type = quant_options(precision, quant, quant_type)
@@ -71,7 +72,8 @@ class GpuModel:
                 progress(i + 1, info.n_layer + 1)
         self.ln_out = (vec("ln_out.weight"), vec("ln_out.bias"))  # on the CPU too: `forward_hidden`
         self.ln_out_gpu = (up.vector(self.ln_out[0]), up.vector(self.ln_out[1]))
-        self.head = up.matrix(as_float32(tensors["head.weight"]))  # never quantised
+        head = tensors["head.weight"]  # quantised only when asked (quant_head)
+        self.head = up.matrix(head if isinstance(head, QuantisedMatrix) else as_float32(head))
         if progress:
             progress(info.n_layer + 1, info.n_layer + 1)
 
