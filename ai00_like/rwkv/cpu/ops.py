@@ -11,6 +11,7 @@ import numpy as np
 
 from ..formats import as_float
 from ..quant import QuantisedMatrix
+from . import vector_dots
 from .int8 import PackedInt8, int8_matmul, int8_rows
 from .nf4 import PackedNF4, nf4_matmul, nf4_rows
 from .skinny import skinny_matmul, widen_rows
@@ -77,7 +78,7 @@ def linear(x: np.ndarray, weight: np.ndarray | PackedInt8 | PackedNF4) -> np.nda
     rows = x.shape[0]
     if type(weight) in _PACKED:
         matmul, widen = _PACKED[type(weight)]
-        if rows < PACKED_DIRECT_ROWS:
+        if rows < PACKED_DIRECT_ROWS[type(weight)]:
             return matmul(x, weight)
         tiles = lambda first, out: widen(weight, first, out)
         if rows > SKINNY_ROWS:
@@ -109,10 +110,13 @@ def keeps_16bit() -> bool:
 # more products (x is packed again for each), larger ones a larger buffer (768 inputs: 3 MB).
 TILE_ROWS = 1024
 # A decoding batch of this many rows or more multiplies packed weights as widened tiles of
-# DECODE_TILE_ROWS rows (they stay in L2) through the skinny kernel: looking each weight up
-# again for every 4 rows of x costs more (measured on a 3072 × 768 matrix at 16 rows: NF4
-# 1,275 → 637 µs, Int8 774 → 525 µs; at 4 rows the direct kernels are faster).
-PACKED_DIRECT_ROWS = 8
+# DECODE_TILE_ROWS rows (they stay in L2) through the skinny kernel, where widening each
+# weight again for every few rows of x costs more. The vector kernels (vector_dots.py) widen
+# once per 8 rows, and win further (on one core, a 3072 × 768 matrix at 16 rows: NF4 tiles
+# 1,341 µs, direct 956-994; Int8 tiles 1,128-1,142, direct 1,197; at 8 rows direct wins
+# both, 472-598 against 733-1,028); the scalar ones only below 8 rows (at 16, NF4 1,275
+# direct against 637 in tiles).
+PACKED_DIRECT_ROWS = {PackedInt8: 16, PackedNF4: 32} if vector_dots.build() else {PackedInt8: 8, PackedNF4: 8}
 DECODE_TILE_ROWS = 512
 _tiles = threading.local()
 
