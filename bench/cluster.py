@@ -1,10 +1,10 @@
 """Cluster benchmark: time to first token of turn 5 of a conversation behind HAProxy, in one run.
 
 Starts on the loopback a redis-server (the shared store), two replicas (`ai00-like` in
-subprocesses, with the seeded v7 of bench/engine.py's "quick" shape, L4 D256, as a bf16
-.pth; `--full`: its 0.1B shape, L12 D768) and two
-HAProxy instances with the configuration `ai00-like lb-config` writes: one as written
-(consistent hash of the affinity key), one with `balance roundrobin`. Each conversation
+subprocesses, with the 0.1B-shaped seeded v7 of bench/engine.py, L12 D768, as a bf16 .pth;
+`--quick`: its L4 D256 shape) and two HAProxy instances with the configuration `ai00-like
+lb-config` writes: one as written (consistent hash of the affinity key), one with
+`balance roundrobin`. Each conversation
 has 5 turns of ~300-token user messages and 16-token greedy replies; the time to the first
 streamed text of turn 5 is measured for:
 
@@ -21,7 +21,10 @@ Each conversation runs the four modes one after the other, with its own text, so
 busy machine weighs on all of them alike. Prints a table of medians and one JSON line.
 Needs `haproxy` and `redis-server` (Debian packages).
 
-    .venv/bin/python bench/cluster.py [--conversations 5] [--full]
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/cluster.py [--conversations 5] [--quick]
+
+(one BLAS thread per replica: the two replicas and HAProxy share a 2-core machine, and
+OpenBLAS's spinning threads made every figure erratic on a busy one)
 """
 
 from __future__ import annotations
@@ -201,12 +204,12 @@ def responses_conversation(cluster: dict, rng: random.Random, key: str, drop_sta
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--conversations", type=int, default=5)
-    parser.add_argument("--full", action="store_true", help="the 0.1B shape instead of the 4-layer D256 model")
+    parser.add_argument("--quick", action="store_true", help="the 4-layer D256 model instead of the 0.1B shape")
     args = parser.parse_args()
     for tool in ("haproxy", "redis-server"):
         if not shutil.which(tool):
             raise SystemExit(f"{tool} is not installed (apt-get install {tool})")
-    model = engine.bf16_checkpoint("0.1B" if args.full else "quick")
+    model = engine.bf16_checkpoint("quick" if args.quick else "0.1B")
     started = time.monotonic()
     rows: dict[str, list[tuple[float, int, int]]] = {mode: [] for mode in MODES}
     with tempfile.TemporaryDirectory() as tmp:
@@ -227,7 +230,7 @@ def main() -> None:
                     f"({m}) {rows[m][-1][0] * 1000:.0f} ms" for m in MODES), flush=True)
         finally:
             procs.close()
-    summary = {"model": "0.1B" if args.full else "quick", "conversations": args.conversations,
+    summary = {"model": "quick" if args.quick else "0.1B", "conversations": args.conversations,
                "wall_s": round(time.monotonic() - started, 1)}
     print(f"\nturn {TURNS}, medians over {args.conversations} conversations:")
     print(f"{'':50}{'TTFT ms':>9}{'tokens read':>13}")

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Debian packages: Mesa's software Vulkan GPU for the wgpu tests, Chromium for the page tests,
-# HAProxy for the load-balancer test, redis-server for the shared store's.
+# HAProxy for the load-balancer and cluster tests, redis-server for the shared store's and the cluster's.
 if ! dpkg -s mesa-vulkan-drivers chromium haproxy redis-server >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq mesa-vulkan-drivers chromium haproxy redis-server; } \

@@ -25,7 +25,7 @@ class ServerProcess:
     line (by default: the configured model loaded, or its load failed) logged."""
 
     def __init__(self, directory: Path, config_text: str, *, log_level: str = "info",
-                 ready: str = r"model \S+ loaded|loading \S+ failed", port: int = 0):
+                 ready: str = r"model \S+ loaded|loading \S+ failed", port: int = 0, env: dict | None = None):
         self.path = directory / "server-config.toml"
         self.path.write_text(config_text)
         self.log_level = log_level
@@ -34,9 +34,10 @@ class ServerProcess:
         self._changed = threading.Condition()
         self.proc: subprocess.Popen | None = None
         self.port = port  # 0: any free port; a fixed one brings a stopped replica back where it was
+        self.env = env or {}  # on top of this process's environment
 
     def __enter__(self) -> Self:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ai00_like", "--config", str(self.path), "--port", str(self.port),
              "--log-level", self.log_level],

@@ -1,6 +1,7 @@
 """Three replicas behind Debian's real HAProxy (the config `ai00-like lb-config` writes) with a
 shared redis-server, all on the loopback: conversation affinity keeps the prefix cache's
-hit rate of a single replica (and round robin does not); a replica killed with SIGKILL
+hit rate of a single replica (and round robin does not); streams pass HAProxy without
+delay; a replica killed with SIGKILL
 costs only the requests running on it, cleanly, and loses no stored response; a replica
 stopped with SIGTERM drains without a 5xx; a replica brought back takes back only its own
 keys. The tests run in file order and share one cluster: the destructive ones come last.
@@ -40,6 +41,9 @@ GRACE = 120.0  # shutdown_grace: long enough that a drained stream ends by itsel
 # A cache entry of the tiny model holds its logits (65536 floats, 256 KiB): 1 MiB, the
 # default of process_config, would keep only four; 20 conversations need some hundred.
 CACHE_BYTES = 128 << 20
+# Three replicas (and HAProxy, Redis, the clients) on a 2-core machine: OpenBLAS's and
+# numba's default of a thread per core in each replica made them starve each other.
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
 KEYS = [f"key-{n:02d}" for n in range(60)]
 GREEDY = {"model": "tiny", "temperature": 0}
 
@@ -120,7 +124,7 @@ class Cluster:
             config = config.replace("cache_bytes = 1048576", f"cache_bytes = {CACHE_BYTES}")
             config += f'[store]\nurl = "{self.store_url}"\nprefix = "cluster:"\nttl = 3600\n'
             (self.folder / name).mkdir(exist_ok=True)
-            servers.append(ServerProcess(self.folder / name, config, port=port))
+            servers.append(ServerProcess(self.folder / name, config, port=port, env=ONE_THREAD))
         failed = []
 
         def enter(server: ServerProcess) -> None:
@@ -312,7 +316,7 @@ def test_a_killed_replica_costs_only_its_running_requests_and_no_stored_response
 
     def user(key: str) -> None:
         with httpx.Client(base_url=f"http://127.0.0.1:{cluster.balancer.port}", timeout=20) as own:
-            for _ in range(100):  # bounded: a few dozen requests at most in the time the test gives
+            for _ in range(1000):  # bounded; a few dozen requests each in the seconds the test gives
                 if stop.is_set():
                     return
                 running[key] = time.monotonic()
