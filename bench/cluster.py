@@ -47,6 +47,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import engine  # noqa: E402
+from conversation import first_token_seconds  # noqa: E402
 
 from ai00_like.lb_config import haproxy_config  # noqa: E402
 
@@ -144,22 +145,10 @@ def user_turn(rng: random.Random, n: int) -> str:
 
 def timed(url: str, path: str, body: dict) -> tuple[float, str, dict, str]:
     """(seconds to the first streamed text, the reply, the last event with usage, replica)."""
-    start, first, text, last = time.perf_counter(), None, "", {}
-    with httpx.Client(timeout=600) as client, client.stream("POST", url + path, json={**body, "stream": True}) as resp:
-        resp.raise_for_status()
-        for line in resp.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            event = json.loads(line[6:])
-            piece = event.get("delta") if event.get("type") == "response.output_text.delta" else (
-                (event.get("choices") or [{}])[0].get("delta", {}).get("content"))
-            if piece:
-                first = first or time.perf_counter() - start
-                text += piece
-            if event.get("usage") or event.get("type") in ("response.completed", "response.incomplete"):
-                last = event
-        replica = resp.headers.get("X-Ai00-Replica", "")
-    return first or time.perf_counter() - start, text, last, replica
+    with httpx.Client(base_url=url, timeout=600) as client:
+        seconds, text, last, headers = first_token_seconds(client, path, body,
+                                                           ("response.completed", "response.incomplete"))
+    return seconds, text, last, headers.get("X-Ai00-Replica", "")
 
 
 def read_tokens(last: dict) -> tuple[int, int]:

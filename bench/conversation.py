@@ -29,8 +29,10 @@ QUESTION = ("Turn {n}: tell me, in the words of the old books, what became of th
             "after the flood had gone down and the people came back to their fields?")
 
 
-def first_token_seconds(client: httpx.Client, path: str, body: dict, done_event: str) -> tuple[float, str, dict]:
-    """(seconds to the first text piece, the reply's text, the final event's JSON)."""
+def first_token_seconds(client: httpx.Client, path: str, body: dict,
+                        done_events: tuple[str, ...] = ()) -> tuple[float, str, dict, httpx.Headers]:
+    """(seconds to the first text piece, the reply's text, the final event's JSON: the one
+    with usage or of a type in `done_events`, the response's headers)."""
     start, first, text, last = time.perf_counter(), None, "", {}
     with client.stream("POST", path, json={**body, "stream": True}) as resp:
         resp.raise_for_status()
@@ -43,9 +45,9 @@ def first_token_seconds(client: httpx.Client, path: str, body: dict, done_event:
             if piece:
                 first = first or time.perf_counter() - start
                 text += piece
-            if event.get("type") == done_event or event.get("usage"):
+            if event.get("type") in done_events or event.get("usage"):
                 last = event
-    return first or time.perf_counter() - start, text, last
+    return first or time.perf_counter() - start, text, last, resp.headers
 
 
 def main() -> None:
@@ -66,11 +68,11 @@ def main() -> None:
                 body = {"input": question, "max_output_tokens": 16, **gen}
                 if previous:
                     body["previous_response_id"] = previous
-                state_s, _, done = first_token_seconds(client, "/v1/responses", body, "response.completed")
+                state_s, _, done, _ = first_token_seconds(client, "/v1/responses", body, ("response.completed",))
                 previous = (done.get("response") or {}).get("id", previous)
                 history.append({"role": "user", "content": question})
-                chat_s, reply, _ = first_token_seconds(
-                    client, "/v1/chat/completions", {"messages": history, "max_tokens": 16, **gen}, "")
+                chat_s, reply, _, _ = first_token_seconds(
+                    client, "/v1/chat/completions", {"messages": history, "max_tokens": 16, **gen})
                 history.append({"role": "assistant", "content": reply})
                 rows.append({"turn": n, "responses_ttft_s": state_s, "chat_full_history_ttft_s": chat_s})
                 print(f"turn {n:>2}: Responses (stored state) {state_s * 1000:7.1f} ms   "
