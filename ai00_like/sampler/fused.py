@@ -102,154 +102,152 @@ def warm_up() -> None:
     in_passing_thread(sample, [row], [None], np.full(1, 2), one, one, one * 0.5)
 
 
-def _build():
-    jit = compiler()
-    if jit is None:
-        return None
-    njit, prange = jit
+# Module-level kernels, compiled below where numba is: numba's on-disk cache keys a kernel
+# on its closure's pickled contents, which for a compiled function differ in every
+# process, so a kernel nested in a builder was compiled anew at every start.
+prange = range
+
+
+def sample_rows(logits, pen_ids, pen_values, pen_start, top_k, top_p, temperature, uniform, tokens, status):  # pragma: no cover
+    """Row r of `logits` (float32 [rows, vocab]) for request r, less its
+    penalties: pen_values at pen_ids, both [pen_start[r]:pen_start[r + 1]]. top_k[r]
+    == 1 means greedy. `status[r]` says whether the numpy path must redo row r (a NaN
+    or an inf, or too many candidates)."""
+    for r in prange(len(logits)):
+        i = np.int64(r)
+        at, end = pen_start[i], pen_start[i + 1]
+        tokens[i], status[i] = sample_row(logits[i], pen_ids[at:end], pen_values[at:end], top_k[i], top_p[i],
+                                          temperature[i], uniform[i])
+
+
+def sample_row(raw, pen_ids, pen_values, k, top_p, temperature, uniform):  # pragma: no cover - compiled by numba
+    """One row's (token, status)."""
+    vocab, greedy = raw.shape[0], k == 1
+    chunk = np.empty(BLOCKS, dtype=np.float32)  # the row less its penalties, a chunk at a time
+    block_max = np.full(BLOCKS, -np.inf, dtype=np.float32)
+    block_arg = np.zeros(BLOCKS, dtype=np.int64)  # where each block's max first occurs
+    lanes = np.empty(LANES, dtype=np.float32)
+    # exp(x) = 2^n · 2^f: the polynomial for 2^f goes to `fraction`, 2^n is built in
+    # `exponent`'s bits (read back through `power`), so every loop vectorises.
+    fraction = np.empty(BLOCKS, dtype=np.float32)
+    exponent = np.empty(BLOCKS, dtype=np.int32)
+    power = exponent.view(np.float32)
+    top, total = -np.inf, 0.0  # the running max and sum of exp(logit - top)
+    poison = np.float32(0.0)  # NaN once a NaN or ±inf has gone by
+    next_pen = 0
+    for base in range(0, vocab, BLOCKS):
+        for j in range(BLOCKS):
+            chunk[j] = raw[base + j]
+        while next_pen < pen_ids.size and pen_ids[next_pen] < base + BLOCKS:
+            chunk[pen_ids[next_pen] - base] -= pen_values[next_pen]
+            next_pen += 1
+        for j in range(BLOCKS):
+            v = chunk[j]
+            if v > block_max[j]:
+                block_max[j] = v
+                block_arg[j] = base + j
+            poison += v * np.float32(0.0)
+        if greedy:
+            continue
+        # The chunk's max through LANES running maxima: a plain running max does
+        # not vectorise.
+        lanes[:] = -np.inf
+        for i in range(0, BLOCKS, LANES):
+            for l in range(LANES):
+                lanes[l] = max(lanes[l], chunk[i + l])
+        chunk_top = lanes.max()
+        for j in range(BLOCKS):
+            t = max(chunk[j] - chunk_top, np.float32(-87.0)) * np.float32(1.442695)
+            n = np.floor(t)
+            f = t - n
+            p = np.float32(1.8775767e-3)
+            p = p * f + np.float32(8.9893397e-3)
+            p = p * f + np.float32(5.5826318e-2)
+            p = p * f + np.float32(2.4015361e-1)
+            p = p * f + np.float32(6.9315308e-1)
+            fraction[j] = p * f + np.float32(9.9999994e-1)
+            exponent[j] = (np.int32(n) + 127) << 23
+        chunk_sum = np.float32(0.0)
+        for j in range(BLOCKS):
+            chunk_sum += fraction[j] * power[j]
+        if chunk_top > top:
+            total = total * math.exp(top - chunk_top) + chunk_sum
+            top = chunk_top
+        elif chunk_top > -np.inf:
+            total += chunk_sum * math.exp(chunk_top - top)
+    best = block_max.max()
+    if poison != 0.0 or best == -np.inf:
+        return 0, NUMPY
+    if greedy:  # the first token with the highest logit
+        first = vocab
+        for b in range(BLOCKS):
+            if block_max[b] == best:
+                first = min(first, block_arg[b])
+        return first, DONE
+    # topk.py's threshold: the k-th largest block maximum is at most the k-th
+    # largest logit, and only blocks whose maximum reaches it hold candidates.
+    threshold = np.partition(block_max, BLOCKS - k)[BLOCKS - k]
+    ids = np.empty(MAX_CANDIDATES + pen_ids.size, dtype=np.int64)
+    count = 0
+    for b in range(BLOCKS):
+        if block_max[b] >= threshold:
+            for j in range(b, vocab, BLOCKS):
+                if raw[j] >= threshold:
+                    if count == MAX_CANDIDATES:
+                        return 0, NUMPY
+                    ids[count] = j
+                    count += 1
+    # Those were found by their logits before the penalties: correct the penalised
+    # ones, and add those a negative penalty lifts over the threshold. (Candidates
+    # that fall below it stay: the cut takes the best k of them anyway.)
+    found = np.sort(ids[:count])
+    values = np.empty(count + pen_ids.size, dtype=np.float32)
+    for i in range(count):
+        values[i] = raw[found[i]]
+    ids[:count] = found
+    i = 0
+    for q in range(pen_ids.size):
+        token = pen_ids[q]
+        while i < count and found[i] < token:
+            i += 1
+        if i < count and found[i] == token:
+            values[i] = raw[token] - pen_values[q]
+        elif raw[token] - pen_values[q] >= threshold:
+            ids[count] = token
+            values[count] = raw[token] - pen_values[q]
+            count += 1
+    if count == 0:  # (a rounding apart from the first pass)
+        return 0, NUMPY
+    by_id = np.argsort(ids[:count], kind="mergesort")  # ascending ids, then a stable sort by logit
+    ids = ids[by_id]
+    values = values[by_id]
+    order = np.argsort(-values, kind="mergesort")
+    log_norm = top + math.log(total)
+    best_logit = values[order[0]]
+    cumulative = np.empty(min(k, count), dtype=np.float64)
+    mass_before, kept = 0.0, 0
+    for i in range(min(k, count)):
+        v = values[order[i]]
+        p = math.exp(v - log_norm)
+        if mass_before > top_p or p <= 0.0:
+            break
+        weight = math.exp((v - best_logit) / temperature)
+        cumulative[kept] = weight + (cumulative[kept - 1] if kept else 0.0)
+        mass_before += p
+        kept += 1
+    target = uniform * cumulative[kept - 1]
+    picked = 0
+    while picked < kept - 1 and cumulative[picked] <= target:
+        picked += 1
+    return ids[order[picked]], DONE
+
+
+_tools = compiler()
+if _tools is not None:
     from numba import get_num_threads, set_num_threads
 
-    sample_row = _build_row(njit)
-
-    @njit
-    def sample_rows(logits, pen_ids, pen_values, pen_start, top_k, top_p, temperature, uniform, tokens, status):
-        """Row r of `logits` (float32 [rows, vocab]) for request r, less its
-        penalties: pen_values at pen_ids, both [pen_start[r]:pen_start[r + 1]]. top_k[r]
-        == 1 means greedy. `status[r]` says whether the numpy path must redo row r (a NaN
-        or an inf, or too many candidates)."""
-        for r in prange(len(logits)):
-            i = np.int64(r)
-            at, end = pen_start[i], pen_start[i + 1]
-            tokens[i], status[i] = sample_row(logits[i], pen_ids[at:end], pen_values[at:end], top_k[i], top_p[i],
-                                              temperature[i], uniform[i])
-
-    return sample_rows, set_num_threads, get_num_threads
-
-
-def _build_row(njit):
-    @njit(parallel=False)
-    def sample_row(raw, pen_ids, pen_values, k, top_p, temperature, uniform):
-        """One row's (token, status)."""
-        vocab, greedy = raw.shape[0], k == 1
-        chunk = np.empty(BLOCKS, dtype=np.float32)  # the row less its penalties, a chunk at a time
-        block_max = np.full(BLOCKS, -np.inf, dtype=np.float32)
-        block_arg = np.zeros(BLOCKS, dtype=np.int64)  # where each block's max first occurs
-        lanes = np.empty(LANES, dtype=np.float32)
-        # exp(x) = 2^n · 2^f: the polynomial for 2^f goes to `fraction`, 2^n is built in
-        # `exponent`'s bits (read back through `power`), so every loop vectorises.
-        fraction = np.empty(BLOCKS, dtype=np.float32)
-        exponent = np.empty(BLOCKS, dtype=np.int32)
-        power = exponent.view(np.float32)
-        top, total = -np.inf, 0.0  # the running max and sum of exp(logit - top)
-        poison = np.float32(0.0)  # NaN once a NaN or ±inf has gone by
-        next_pen = 0
-        for base in range(0, vocab, BLOCKS):
-            for j in range(BLOCKS):
-                chunk[j] = raw[base + j]
-            while next_pen < pen_ids.size and pen_ids[next_pen] < base + BLOCKS:
-                chunk[pen_ids[next_pen] - base] -= pen_values[next_pen]
-                next_pen += 1
-            for j in range(BLOCKS):
-                v = chunk[j]
-                if v > block_max[j]:
-                    block_max[j] = v
-                    block_arg[j] = base + j
-                poison += v * np.float32(0.0)
-            if greedy:
-                continue
-            # The chunk's max through LANES running maxima: a plain running max does
-            # not vectorise.
-            lanes[:] = -np.inf
-            for i in range(0, BLOCKS, LANES):
-                for l in range(LANES):
-                    lanes[l] = max(lanes[l], chunk[i + l])
-            chunk_top = lanes.max()
-            for j in range(BLOCKS):
-                t = max(chunk[j] - chunk_top, np.float32(-87.0)) * np.float32(1.442695)
-                n = np.floor(t)
-                f = t - n
-                p = np.float32(1.8775767e-3)
-                p = p * f + np.float32(8.9893397e-3)
-                p = p * f + np.float32(5.5826318e-2)
-                p = p * f + np.float32(2.4015361e-1)
-                p = p * f + np.float32(6.9315308e-1)
-                fraction[j] = p * f + np.float32(9.9999994e-1)
-                exponent[j] = (np.int32(n) + 127) << 23
-            chunk_sum = np.float32(0.0)
-            for j in range(BLOCKS):
-                chunk_sum += fraction[j] * power[j]
-            if chunk_top > top:
-                total = total * math.exp(top - chunk_top) + chunk_sum
-                top = chunk_top
-            elif chunk_top > -np.inf:
-                total += chunk_sum * math.exp(chunk_top - top)
-        best = block_max.max()
-        if poison != 0.0 or best == -np.inf:
-            return 0, NUMPY
-        if greedy:  # the first token with the highest logit
-            first = vocab
-            for b in range(BLOCKS):
-                if block_max[b] == best:
-                    first = min(first, block_arg[b])
-            return first, DONE
-        # topk.py's threshold: the k-th largest block maximum is at most the k-th
-        # largest logit, and only blocks whose maximum reaches it hold candidates.
-        threshold = np.partition(block_max, BLOCKS - k)[BLOCKS - k]
-        ids = np.empty(MAX_CANDIDATES + pen_ids.size, dtype=np.int64)
-        count = 0
-        for b in range(BLOCKS):
-            if block_max[b] >= threshold:
-                for j in range(b, vocab, BLOCKS):
-                    if raw[j] >= threshold:
-                        if count == MAX_CANDIDATES:
-                            return 0, NUMPY
-                        ids[count] = j
-                        count += 1
-        # Those were found by their logits before the penalties: correct the penalised
-        # ones, and add those a negative penalty lifts over the threshold. (Candidates
-        # that fall below it stay: the cut takes the best k of them anyway.)
-        found = np.sort(ids[:count])
-        values = np.empty(count + pen_ids.size, dtype=np.float32)
-        for i in range(count):
-            values[i] = raw[found[i]]
-        ids[:count] = found
-        i = 0
-        for q in range(pen_ids.size):
-            token = pen_ids[q]
-            while i < count and found[i] < token:
-                i += 1
-            if i < count and found[i] == token:
-                values[i] = raw[token] - pen_values[q]
-            elif raw[token] - pen_values[q] >= threshold:
-                ids[count] = token
-                values[count] = raw[token] - pen_values[q]
-                count += 1
-        if count == 0:  # (a rounding apart from the first pass)
-            return 0, NUMPY
-        by_id = np.argsort(ids[:count], kind="mergesort")  # ascending ids, then a stable sort by logit
-        ids = ids[by_id]
-        values = values[by_id]
-        order = np.argsort(-values, kind="mergesort")
-        log_norm = top + math.log(total)
-        best_logit = values[order[0]]
-        cumulative = np.empty(min(k, count), dtype=np.float64)
-        mass_before, kept = 0.0, 0
-        for i in range(min(k, count)):
-            v = values[order[i]]
-            p = math.exp(v - log_norm)
-            if mass_before > top_p or p <= 0.0:
-                break
-            weight = math.exp((v - best_logit) / temperature)
-            cumulative[kept] = weight + (cumulative[kept - 1] if kept else 0.0)
-            mass_before += p
-            kept += 1
-        target = uniform * cumulative[kept - 1]
-        picked = 0
-        while picked < kept - 1 and cumulative[picked] <= target:
-            picked += 1
-        return ids[order[picked]], DONE
-
-    return sample_row
-
-
-_compiled = _build()
+    njit, prange = _tools
+    sample_row = njit(parallel=False)(sample_row)
+    _compiled = njit(sample_rows), set_num_threads, get_num_threads
+else:
+    _compiled = None

@@ -58,103 +58,107 @@ class PackedInt8:
         return cls(m.packed.view(np.uint8)[: rows * cols].reshape(rows, cols), bounds)
 
 
-def _build():
-    tools = intrinsics.build()
-    if tools is None:
-        return None, None, None, None
-    jit, prange, widen, prefetch_rows = tools
-    vector = vector_dots.build()
+# Module-level kernels, compiled below where numba is (skinny.py says why not nested).
+prange = range
+widen = prefetch_rows = dot8 = dot4 = dot1 = None  # intrinsics.py's and vector_dots.py's, where numba is
 
-    @jit(parallel=False, inline="always")
-    def low_step(bounds, i, b):  # pragma: no cover - compiled by numba
-        """Block b of row i: w = low + step · q."""
-        low, high = widen(bounds[i, 2 * b]), widen(bounds[i, 2 * b + 1])
-        return low, (high - low) / np.float32(255.0)
 
-    @jit
-    def scalar_matmul(Q, bounds, x, xsum, out):  # pragma: no cover - compiled by numba
-        N, K = Q.shape
-        M = x.shape[0]
-        for i in prange(N):
-            prefetch_rows(Q, i + PREFETCH_ROWS, 1)
-            j = 0
-            while j + 4 <= M:  # four rows of x per widened weight (measured: 4×4 tiles and 8 rows were slower)
-                s0 = s1 = s2 = s3 = np.float32(0.0)
-                for b in range(K // 128):
-                    a0 = a1 = a2 = a3 = np.float32(0.0)
-                    for k in range(b * 128, b * 128 + 128):
-                        q = np.float32(Q[i, k])
-                        a0 += q * x[j, k]
-                        a1 += q * x[j + 1, k]
-                        a2 += q * x[j + 2, k]
-                        a3 += q * x[j + 3, k]
-                    lo, st = low_step(bounds, i, b)
-                    s0 += st * a0 + lo * xsum[j, b]
-                    s1 += st * a1 + lo * xsum[j + 1, b]
-                    s2 += st * a2 + lo * xsum[j + 2, b]
-                    s3 += st * a3 + lo * xsum[j + 3, b]
-                out[j, i], out[j + 1, i], out[j + 2, i], out[j + 3, i] = s0, s1, s2, s3
-                j += 4
-            while j < M:
-                s = np.float32(0.0)
-                for b in range(K // 128):
-                    a = np.float32(0.0)
-                    for k in range(b * 128, b * 128 + 128):
-                        a += np.float32(Q[i, k]) * x[j, k]
-                    lo, st = low_step(bounds, i, b)
-                    s += st * a + lo * xsum[j, b]
-                out[j, i] = s
-                j += 1
+def low_step(bounds, i, b):  # pragma: no cover - compiled by numba
+    """Block b of row i: w = low + step · q."""
+    low, high = widen(bounds[i, 2 * b]), widen(bounds[i, 2 * b + 1])
+    return low, (high - low) / np.float32(255.0)
 
-    if vector is not None:
-        dot8, dot4, dot1 = vector.int8(8), vector.int8(4), vector.int8(1)
 
-        @jit
-        def vector_matmul(Q, bounds, x, xsum, out):  # pragma: no cover - compiled by numba
-            N, M = Q.shape[0], x.shape[0]
-            for i in prange(N):
-                prefetch_rows(Q, i + PREFETCH_ROWS, 1)
-                j = 0
-                while j + 8 <= M:
-                    dot8(Q, bounds, x, xsum, i, j, out)
-                    j += 8
-                while j + 4 <= M:
-                    dot4(Q, bounds, x, xsum, i, j, out)
-                    j += 4
-                while j < M:
-                    dot1(Q, bounds, x, xsum, i, j, out)
-                    j += 1
-
-    matmul = scalar_matmul if vector is None else vector_matmul
-
-    @jit
-    def dequantise(Q, bounds, out):  # pragma: no cover - compiled by numba
-        N, K = Q.shape
-        for i in prange(N):
+def scalar_matmul(Q, bounds, x, xsum, out):  # pragma: no cover - compiled by numba
+    N, K = Q.shape
+    M = x.shape[0]
+    for i in prange(N):
+        prefetch_rows(Q, i + PREFETCH_ROWS, 1)
+        j = 0
+        while j + 4 <= M:  # four rows of x per widened weight (measured: 4×4 tiles and 8 rows were slower)
+            s0 = s1 = s2 = s3 = np.float32(0.0)
             for b in range(K // 128):
-                lo, st = low_step(bounds, i, b)
+                a0 = a1 = a2 = a3 = np.float32(0.0)
                 for k in range(b * 128, b * 128 + 128):
-                    out[i, k] = lo + st * np.float32(Q[i, k])
+                    q = np.float32(Q[i, k])
+                    a0 += q * x[j, k]
+                    a1 += q * x[j + 1, k]
+                    a2 += q * x[j + 2, k]
+                    a3 += q * x[j + 3, k]
+                lo, st = low_step(bounds, i, b)
+                s0 += st * a0 + lo * xsum[j, b]
+                s1 += st * a1 + lo * xsum[j + 1, b]
+                s2 += st * a2 + lo * xsum[j + 2, b]
+                s3 += st * a3 + lo * xsum[j + 3, b]
+            out[j, i], out[j + 1, i], out[j + 2, i], out[j + 3, i] = s0, s1, s2, s3
+            j += 4
+        while j < M:
+            s = np.float32(0.0)
+            for b in range(K // 128):
+                a = np.float32(0.0)
+                for k in range(b * 128, b * 128 + 128):
+                    a += np.float32(Q[i, k]) * x[j, k]
+                lo, st = low_step(bounds, i, b)
+                s += st * a + lo * xsum[j, b]
+            out[j, i] = s
+            j += 1
 
-    def int8_matmul(x: np.ndarray, w: PackedInt8) -> np.ndarray:
-        """x [M, K] · Wᵀ → [M, N] for a few rows of x (a decoding batch)."""
-        x = np.ascontiguousarray(x, dtype=np.float32)
-        xsum = x.reshape(x.shape[0], -1, INT8_BLOCK).sum(axis=2)
-        out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
-        with LAUNCH:
-            matmul(w.q, w.bounds, x, xsum, out)
-        return out
 
-    def int8_rows(w: PackedInt8, first: int, out: np.ndarray) -> np.ndarray:
-        """Rows [first, first + len(out)) of W as float32, into `out`."""
-        last = first + out.shape[0]
-        with LAUNCH:
-            dequantise(w.q[first:last], w.bounds[first:last], out)
-        return out
+def vector_matmul(Q, bounds, x, xsum, out):  # pragma: no cover - compiled by numba
+    N, M = Q.shape[0], x.shape[0]
+    for i in prange(N):
+        prefetch_rows(Q, i + PREFETCH_ROWS, 1)
+        j = 0
+        while j + 8 <= M:
+            dot8(Q, bounds, x, xsum, i, j, out)
+            j += 8
+        while j + 4 <= M:
+            dot4(Q, bounds, x, xsum, i, j, out)
+            j += 4
+        while j < M:
+            dot1(Q, bounds, x, xsum, i, j, out)
+            j += 1
 
-    return int8_matmul, int8_rows, matmul, scalar_matmul
+
+def dequantise(Q, bounds, out):  # pragma: no cover - compiled by numba
+    N, K = Q.shape
+    for i in prange(N):
+        for b in range(K // 128):
+            lo, st = low_step(bounds, i, b)
+            for k in range(b * 128, b * 128 + 128):
+                out[i, k] = lo + st * np.float32(Q[i, k])
+
+
+def int8_matmul(x: np.ndarray, w: PackedInt8) -> np.ndarray:
+    """x [M, K] · Wᵀ → [M, N] for a few rows of x (a decoding batch)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    xsum = x.reshape(x.shape[0], -1, INT8_BLOCK).sum(axis=2)
+    out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
+    with LAUNCH:
+        int8_kernel(w.q, w.bounds, x, xsum, out)
+    return out
+
+
+def int8_rows(w: PackedInt8, first: int, out: np.ndarray) -> np.ndarray:
+    """Rows [first, first + len(out)) of W as float32, into `out`."""
+    last = first + out.shape[0]
+    with LAUNCH:
+        dequantise(w.q[first:last], w.bounds[first:last], out)
+    return out
 
 
 # The compiled kernel itself too, for compiled callers (fused7.py); the scalar one is what
 # CPUs without AVX2 run (and what the tests hold the vector one to).
-int8_matmul, int8_rows, int8_kernel, int8_scalar_kernel = _build()
+_tools = intrinsics.build()
+if _tools is not None:
+    prange, widen, prefetch_rows = _tools.prange, _tools.widen, _tools.prefetch_rows
+    low_step = _tools.jit(parallel=False, inline="always")(low_step)
+    int8_scalar_kernel = _tools.jit(scalar_matmul)
+    dequantise = _tools.jit(dequantise)
+    if (_vector := vector_dots.build()) is not None:
+        dot8, dot4, dot1 = _vector.int8(8), _vector.int8(4), _vector.int8(1)
+        int8_kernel = _tools.jit(vector_matmul)
+    else:
+        int8_kernel = int8_scalar_kernel
+else:
+    int8_matmul = int8_rows = int8_kernel = int8_scalar_kernel = None

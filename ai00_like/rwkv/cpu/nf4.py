@@ -58,98 +58,101 @@ class PackedNF4:
         return cls(m.packed.view(np.uint8)[: rows * cols // 2].reshape(rows, cols // 2), absmax)
 
 
-def _build():
-    tools = intrinsics.build()
-    if tools is None:
-        return None, None, None, None
-    jit, prange, widen, prefetch_rows = tools
-    vector = vector_dots.build()
+# Module-level kernels, compiled below where numba is (skinny.py says why not nested).
+prange = range
+widen = prefetch_rows = dot8 = dot4 = dot1 = None  # intrinsics.py's and vector_dots.py's, where numba is
 
-    @jit
-    def scalar_matmul(Q, absmax, levels, x_even, x_odd, out):  # pragma: no cover - compiled by numba
-        N, half = Q.shape
-        M = x_even.shape[0]
-        for i in prange(N):
-            prefetch_rows(Q, i + PREFETCH_ROWS, 1)
-            j = 0
-            while j + 4 <= M:  # four rows of x per looked-up weight, as int8.py
-                s0 = s1 = s2 = s3 = np.float32(0.0)
-                for b in range(half // BLOCK_BYTES):
-                    a0 = a1 = a2 = a3 = np.float32(0.0)
-                    for t in range(b * BLOCK_BYTES, b * BLOCK_BYTES + BLOCK_BYTES):
-                        byte = Q[i, t]
-                        lo, hi = levels[byte & 15], levels[byte >> 4]
-                        a0 += lo * x_even[j, t] + hi * x_odd[j, t]
-                        a1 += lo * x_even[j + 1, t] + hi * x_odd[j + 1, t]
-                        a2 += lo * x_even[j + 2, t] + hi * x_odd[j + 2, t]
-                        a3 += lo * x_even[j + 3, t] + hi * x_odd[j + 3, t]
-                    scale = widen(absmax[i, b])
-                    s0 += scale * a0
-                    s1 += scale * a1
-                    s2 += scale * a2
-                    s3 += scale * a3
-                out[j, i], out[j + 1, i], out[j + 2, i], out[j + 3, i] = s0, s1, s2, s3
-                j += 4
-            while j < M:
-                s = np.float32(0.0)
-                for b in range(half // BLOCK_BYTES):
-                    a = np.float32(0.0)
-                    for t in range(b * BLOCK_BYTES, b * BLOCK_BYTES + BLOCK_BYTES):
-                        byte = Q[i, t]
-                        a += levels[byte & 15] * x_even[j, t] + levels[byte >> 4] * x_odd[j, t]
-                    s += widen(absmax[i, b]) * a
-                out[j, i] = s
-                j += 1
 
-    if vector is not None:
-        dot8, dot4, dot1 = vector.nf4(8), vector.nf4(4), vector.nf4(1)
+def scalar_matmul(Q, absmax, levels, x_even, x_odd, out):  # pragma: no cover - compiled by numba
+    N, half = Q.shape
+    M = x_even.shape[0]
+    for i in prange(N):
+        prefetch_rows(Q, i + PREFETCH_ROWS, 1)
+        j = 0
+        while j + 4 <= M:  # four rows of x per looked-up weight, as int8.py
+            s0 = s1 = s2 = s3 = np.float32(0.0)
+            for b in range(half // BLOCK_BYTES):
+                a0 = a1 = a2 = a3 = np.float32(0.0)
+                for t in range(b * BLOCK_BYTES, b * BLOCK_BYTES + BLOCK_BYTES):
+                    byte = Q[i, t]
+                    lo, hi = levels[byte & 15], levels[byte >> 4]
+                    a0 += lo * x_even[j, t] + hi * x_odd[j, t]
+                    a1 += lo * x_even[j + 1, t] + hi * x_odd[j + 1, t]
+                    a2 += lo * x_even[j + 2, t] + hi * x_odd[j + 2, t]
+                    a3 += lo * x_even[j + 3, t] + hi * x_odd[j + 3, t]
+                scale = widen(absmax[i, b])
+                s0 += scale * a0
+                s1 += scale * a1
+                s2 += scale * a2
+                s3 += scale * a3
+            out[j, i], out[j + 1, i], out[j + 2, i], out[j + 3, i] = s0, s1, s2, s3
+            j += 4
+        while j < M:
+            s = np.float32(0.0)
+            for b in range(half // BLOCK_BYTES):
+                a = np.float32(0.0)
+                for t in range(b * BLOCK_BYTES, b * BLOCK_BYTES + BLOCK_BYTES):
+                    byte = Q[i, t]
+                    a += levels[byte & 15] * x_even[j, t] + levels[byte >> 4] * x_odd[j, t]
+                s += widen(absmax[i, b]) * a
+            out[j, i] = s
+            j += 1
 
-        @jit
-        def vector_matmul(Q, absmax, levels, x_even, x_odd, out):  # pragma: no cover - compiled by numba
-            N, M = Q.shape[0], x_even.shape[0]
-            for i in prange(N):
-                prefetch_rows(Q, i + PREFETCH_ROWS, 1)
-                j = 0
-                while j + 8 <= M:
-                    dot8(Q, absmax, levels, x_even, x_odd, i, j, out)
-                    j += 8
-                while j + 4 <= M:
-                    dot4(Q, absmax, levels, x_even, x_odd, i, j, out)
-                    j += 4
-                while j < M:
-                    dot1(Q, absmax, levels, x_even, x_odd, i, j, out)
-                    j += 1
 
-    matmul = scalar_matmul if vector is None else vector_matmul
+def vector_matmul(Q, absmax, levels, x_even, x_odd, out):  # pragma: no cover - compiled by numba
+    N, M = Q.shape[0], x_even.shape[0]
+    for i in prange(N):
+        prefetch_rows(Q, i + PREFETCH_ROWS, 1)
+        j = 0
+        while j + 8 <= M:
+            dot8(Q, absmax, levels, x_even, x_odd, i, j, out)
+            j += 8
+        while j + 4 <= M:
+            dot4(Q, absmax, levels, x_even, x_odd, i, j, out)
+            j += 4
+        while j < M:
+            dot1(Q, absmax, levels, x_even, x_odd, i, j, out)
+            j += 1
 
-    @jit
-    def dequantise(Q, absmax, levels, out):  # pragma: no cover - compiled by numba
-        N, half = Q.shape
-        for i in prange(N):
-            for t in range(half):
-                byte, scale = Q[i, t], widen(absmax[i, t // BLOCK_BYTES])
-                out[i, 2 * t] = levels[byte & 15] * scale
-                out[i, 2 * t + 1] = levels[byte >> 4] * scale
 
-    def nf4_matmul(x: np.ndarray, w: PackedNF4) -> np.ndarray:
-        """x [M, K] · Wᵀ → [M, N] for a few rows of x (a decoding batch)."""
-        x = np.asarray(x, dtype=np.float32)
-        x_even, x_odd = np.ascontiguousarray(x[:, 0::2]), np.ascontiguousarray(x[:, 1::2])
-        out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
-        with LAUNCH:
-            matmul(w.q, w.absmax, NF4_LEVELS, x_even, x_odd, out)
-        return out
+def dequantise(Q, absmax, levels, out):  # pragma: no cover - compiled by numba
+    N, half = Q.shape
+    for i in prange(N):
+        for t in range(half):
+            byte, scale = Q[i, t], widen(absmax[i, t // BLOCK_BYTES])
+            out[i, 2 * t] = levels[byte & 15] * scale
+            out[i, 2 * t + 1] = levels[byte >> 4] * scale
 
-    def nf4_rows(w: PackedNF4, first: int, out: np.ndarray) -> np.ndarray:
-        """Rows [first, first + len(out)) of W as float32, into `out`."""
-        last = first + out.shape[0]
-        with LAUNCH:
-            dequantise(w.q[first:last], w.absmax[first:last], NF4_LEVELS, out)
-        return out
 
-    return nf4_matmul, nf4_rows, matmul, scalar_matmul
+def nf4_matmul(x: np.ndarray, w: PackedNF4) -> np.ndarray:
+    """x [M, K] · Wᵀ → [M, N] for a few rows of x (a decoding batch)."""
+    x = np.asarray(x, dtype=np.float32)
+    x_even, x_odd = np.ascontiguousarray(x[:, 0::2]), np.ascontiguousarray(x[:, 1::2])
+    out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
+    with LAUNCH:
+        nf4_kernel(w.q, w.absmax, NF4_LEVELS, x_even, x_odd, out)
+    return out
+
+
+def nf4_rows(w: PackedNF4, first: int, out: np.ndarray) -> np.ndarray:
+    """Rows [first, first + len(out)) of W as float32, into `out`."""
+    last = first + out.shape[0]
+    with LAUNCH:
+        dequantise(w.q[first:last], w.absmax[first:last], NF4_LEVELS, out)
+    return out
 
 
 # The compiled kernel itself too, for compiled callers (fused7.py); the scalar one is what
 # CPUs without AVX2 run (and what the tests hold the vector one to).
-nf4_matmul, nf4_rows, nf4_kernel, nf4_scalar_kernel = _build()
+_tools = intrinsics.build()
+if _tools is not None:
+    prange, widen, prefetch_rows = _tools.prange, _tools.widen, _tools.prefetch_rows
+    nf4_scalar_kernel = _tools.jit(scalar_matmul)
+    dequantise = _tools.jit(dequantise)
+    if (_vector := vector_dots.build()) is not None:
+        dot8, dot4, dot1 = _vector.nf4(8), _vector.nf4(4), _vector.nf4(1)
+        nf4_kernel = _tools.jit(vector_matmul)
+    else:
+        nf4_kernel = nf4_scalar_kernel
+else:
+    nf4_matmul = nf4_rows = nf4_kernel = nf4_scalar_kernel = None

@@ -42,90 +42,97 @@ def kernel_view(weight: np.ndarray) -> np.ndarray:
 PREFETCH_ROWS = 8  # how far ahead of the rows being multiplied their successors are asked for
 
 
-def _build():
-    tools = intrinsics.build()
-    if tools is None:
-        return None, None, None
-    jit, prange, widen, prefetch_rows = tools
+# The kernels are module-level functions, compiled below where numba is: numba's on-disk
+# cache keys a kernel on its closure's pickled contents, and a compiled function pickles
+# differently in every process, so a kernel nested in a builder was compiled anew at every
+# start (a few seconds, and tens of MiB of LLVM's memory kept).
+prange = range
+widen = prefetch_rows = None  # intrinsics.py's, where numba is
 
-    @jit
-    def skinny(W, x, out):  # pragma: no cover - compiled by numba
-        N, K = W.shape
-        M = x.shape[0]
-        for block in prange((N + 3) // 4):
-            n = block * 4
-            prefetch_rows(W, n + PREFETCH_ROWS, 4)
-            if n + 4 > N:  # the last rows of W when N is not a multiple of 4
-                for i in range(n, N):
-                    for j in range(M):
-                        s = np.float32(0.0)
-                        for k in range(K):
-                            s += widen(W[i, k]) * x[j, k]
-                        out[j, i] = s
-                continue
-            j = 0
-            while j + 4 <= M:
-                s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = np.float32(0.0)
-                s20 = s21 = s22 = s23 = s30 = s31 = s32 = s33 = np.float32(0.0)
-                for k in range(K):
-                    w0, w1, w2, w3 = widen(W[n, k]), widen(W[n + 1, k]), widen(W[n + 2, k]), widen(W[n + 3, k])
-                    x0, x1, x2, x3 = x[j, k], x[j + 1, k], x[j + 2, k], x[j + 3, k]
-                    s00 += w0 * x0
-                    s01 += w0 * x1
-                    s02 += w0 * x2
-                    s03 += w0 * x3
-                    s10 += w1 * x0
-                    s11 += w1 * x1
-                    s12 += w1 * x2
-                    s13 += w1 * x3
-                    s20 += w2 * x0
-                    s21 += w2 * x1
-                    s22 += w2 * x2
-                    s23 += w2 * x3
-                    s30 += w3 * x0
-                    s31 += w3 * x1
-                    s32 += w3 * x2
-                    s33 += w3 * x3
-                out[j, n], out[j + 1, n], out[j + 2, n], out[j + 3, n] = s00, s01, s02, s03
-                out[j, n + 1], out[j + 1, n + 1], out[j + 2, n + 1], out[j + 3, n + 1] = s10, s11, s12, s13
-                out[j, n + 2], out[j + 1, n + 2], out[j + 2, n + 2], out[j + 3, n + 2] = s20, s21, s22, s23
-                out[j, n + 3], out[j + 1, n + 3], out[j + 2, n + 3], out[j + 3, n + 3] = s30, s31, s32, s33
-                j += 4
-            while j < M:  # the last rows of x when M is not a multiple of 4
-                s0 = s1 = s2 = s3 = np.float32(0.0)
-                for k in range(K):
-                    xk = x[j, k]
-                    s0 += widen(W[n, k]) * xk
-                    s1 += widen(W[n + 1, k]) * xk
-                    s2 += widen(W[n + 2, k]) * xk
-                    s3 += widen(W[n + 3, k]) * xk
-                out[j, n], out[j, n + 1], out[j, n + 2], out[j, n + 3] = s0, s1, s2, s3
-                j += 1
 
-    @jit
-    def widen_all(W, out):  # pragma: no cover - compiled by numba
-        N, K = W.shape
-        for i in prange(N):
+def skinny(W, x, out):  # pragma: no cover - compiled by numba
+    N, K = W.shape
+    M = x.shape[0]
+    for block in prange((N + 3) // 4):
+        n = block * 4
+        prefetch_rows(W, n + PREFETCH_ROWS, 4)
+        if n + 4 > N:  # the last rows of W when N is not a multiple of 4
+            for i in range(n, N):
+                for j in range(M):
+                    s = np.float32(0.0)
+                    for k in range(K):
+                        s += widen(W[i, k]) * x[j, k]
+                    out[j, i] = s
+            continue
+        j = 0
+        while j + 4 <= M:
+            s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = np.float32(0.0)
+            s20 = s21 = s22 = s23 = s30 = s31 = s32 = s33 = np.float32(0.0)
             for k in range(K):
-                out[i, k] = widen(W[i, k])
+                w0, w1, w2, w3 = widen(W[n, k]), widen(W[n + 1, k]), widen(W[n + 2, k]), widen(W[n + 3, k])
+                x0, x1, x2, x3 = x[j, k], x[j + 1, k], x[j + 2, k], x[j + 3, k]
+                s00 += w0 * x0
+                s01 += w0 * x1
+                s02 += w0 * x2
+                s03 += w0 * x3
+                s10 += w1 * x0
+                s11 += w1 * x1
+                s12 += w1 * x2
+                s13 += w1 * x3
+                s20 += w2 * x0
+                s21 += w2 * x1
+                s22 += w2 * x2
+                s23 += w2 * x3
+                s30 += w3 * x0
+                s31 += w3 * x1
+                s32 += w3 * x2
+                s33 += w3 * x3
+            out[j, n], out[j + 1, n], out[j + 2, n], out[j + 3, n] = s00, s01, s02, s03
+            out[j, n + 1], out[j + 1, n + 1], out[j + 2, n + 1], out[j + 3, n + 1] = s10, s11, s12, s13
+            out[j, n + 2], out[j + 1, n + 2], out[j + 2, n + 2], out[j + 3, n + 2] = s20, s21, s22, s23
+            out[j, n + 3], out[j + 1, n + 3], out[j + 2, n + 3], out[j + 3, n + 3] = s30, s31, s32, s33
+            j += 4
+        while j < M:  # the last rows of x when M is not a multiple of 4
+            s0 = s1 = s2 = s3 = np.float32(0.0)
+            for k in range(K):
+                xk = x[j, k]
+                s0 += widen(W[n, k]) * xk
+                s1 += widen(W[n + 1, k]) * xk
+                s2 += widen(W[n + 2, k]) * xk
+                s3 += widen(W[n + 3, k]) * xk
+            out[j, n], out[j, n + 1], out[j, n + 2], out[j, n + 3] = s0, s1, s2, s3
+            j += 1
 
-    def skinny_matmul(x: np.ndarray, weight: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """x [M, K] · weight[N, K]ᵀ → [M, N]; x float32, weight fp32, fp16 or BF16, C-contiguous."""
-        if out is None:
-            out = np.empty((x.shape[0], weight.shape[0]), dtype=np.float32)
-        x = np.ascontiguousarray(x, dtype=np.float32)
-        with LAUNCH:
-            skinny(kernel_view(weight), x, out)
-        return out
 
-    def widen_rows(weight: np.ndarray, out: np.ndarray) -> np.ndarray:
-        """Rows of a 16-bit weight matrix into a float32 array of their shape (`out`)."""
-        with LAUNCH:
-            widen_all(kernel_view(weight), out)
-        return out
-
-    return skinny_matmul, widen_rows, skinny
+def widen_all(W, out):  # pragma: no cover - compiled by numba
+    N, K = W.shape
+    for i in prange(N):
+        for k in range(K):
+            out[i, k] = widen(W[i, k])
 
 
-# The compiled kernel itself too, for compiled callers (fused7.py).
-skinny_matmul, widen_rows, skinny_kernel = _build()
+def skinny_matmul(x: np.ndarray, weight: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """x [M, K] · weight[N, K]ᵀ → [M, N]; x float32, weight fp32, fp16 or BF16, C-contiguous."""
+    if out is None:
+        out = np.empty((x.shape[0], weight.shape[0]), dtype=np.float32)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    with LAUNCH:
+        skinny(kernel_view(weight), x, out)
+    return out
+
+
+def widen_rows(weight: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Rows of a 16-bit weight matrix into a float32 array of their shape (`out`)."""
+    with LAUNCH:
+        widen_all(kernel_view(weight), out)
+    return out
+
+
+_tools = intrinsics.build()
+if _tools is not None:
+    prange, widen, prefetch_rows = _tools.prange, _tools.widen, _tools.prefetch_rows
+    skinny = _tools.jit(skinny)
+    widen_all = _tools.jit(widen_all)
+    skinny_kernel = skinny  # the compiled kernel itself, for compiled callers (fused7.py)
+else:
+    skinny_matmul = widen_rows = skinny_kernel = None

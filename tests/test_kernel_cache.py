@@ -1,0 +1,66 @@
+"""A second start compiles nothing: every numba kernel the CPU backend and the sampler run
+comes from numba's on-disk cache once a first process has compiled it.
+
+A kernel that misses the cache is compiled again at every start: seconds of the server's
+start-up, and LLVM's working memory kept in the process (40 MiB on the 0.1B shape). Kernels
+nested in a builder function used to miss it every time, since numba keys its cache on
+the pickled contents of the kernel's closure, and a compiled function pickles differently
+in every process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ai00_like.rwkv.cpu.skinny import skinny_matmul
+from ai00_like.rwkv.formats.pth import write_pth
+from ai00_like.rwkv.synthetic import make_checkpoint
+
+pytestmark = pytest.mark.skipif(skinny_matmul is None, reason="the compiled kernels need numba")
+
+# Loads a bf16 .pth as released at its own precision, with Int8 and with NF4 layers (and an
+# Int8 head), runs a prompt, batch 1 and batch 3 steps on each, and the fused sampler;
+# then prints each compiled kernel's cache misses.
+RUN = """
+import json, sys
+import numpy as np
+from numba.core.dispatcher import Dispatcher
+from ai00_like.rwkv import load_model
+from ai00_like.rwkv.batch import StepInput
+from ai00_like.sampler import fused
+
+for options in (dict(precision="auto"), dict(quant=99, quant_type="int8", quant_head=True),
+                dict(quant=99, quant_type="nf4")):
+    model = load_model(sys.argv[1], max_batch=4, **options)
+    model.forward([5, 17, 300, 42] * 20)
+    for rows in (1, 3):
+        logits = model.step([StepInput(slot, [slot + 1]) for slot in range(rows)])
+fused.warm_up()
+fused.sample([np.zeros(fused.MIN_VOCAB, dtype=np.float32)] * 3, [None] * 3, np.full(3, 2), *(np.ones(3) * 0.5,) * 3)
+misses = {f"{name}.{attr}": sum(obj.stats.cache_misses.values())
+          for name, module in list(sys.modules.items()) if name.startswith("ai00_like")
+          for attr, obj in vars(module).items() if isinstance(obj, Dispatcher)}
+print(json.dumps(misses))
+"""
+
+
+def _kernel_misses(model_path) -> dict[str, int]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_DEBUG")}
+    done = subprocess.run([sys.executable, "-c", RUN, str(model_path)], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_second_process_loads_every_kernel_from_the_cache(tmp_path):
+    path = tmp_path / "model.pth"
+    write_pth(make_checkpoint("7", n_layer=2, n_embd=128, head_size=32, vocab=8192, seed=3), path, "bf16")
+    first = _kernel_misses(path)  # compiles whatever the cache does not hold yet
+    assert "ai00_like.rwkv.cpu.skinny.skinny_kernel" in first, f"no kernels found: {first}"
+    second = _kernel_misses(path)
+    assert {name: n for name, n in second.items() if n} == {}
