@@ -13,6 +13,8 @@ from ai00_like.rwkv.loader import read_checkpoint
 from ai00_like.rwkv.model import Model
 from ai00_like.rwkv.synthetic import make_checkpoint
 
+from memory_helpers import mapped_bytes
+
 
 @pytest.mark.parametrize("fmt,dtype", [("pth", "bf16"), ("st", "fp16"), ("st", "fp32")])
 def test_any_storage_gives_the_model_of_its_widened_weights(tmp_path, fmt, dtype):
@@ -35,19 +37,6 @@ def test_any_storage_gives_the_model_of_its_widened_weights(tmp_path, fmt, dtype
     assert kept.itemsize == (4 if dtype == "fp32" else 2) and model.head.itemsize == kept.itemsize
 
 
-def _mapped_bytes(arr: np.ndarray) -> int:
-    """Bytes of `arr`'s pages mapped into this process (Linux's /proc/self/pagemap)."""
-    import mmap
-
-    page = mmap.PAGESIZE
-    address = arr.__array_interface__["data"][0]
-    first, last = address // page, (address + arr.nbytes - 1) // page
-    with open("/proc/self/pagemap", "rb") as f:
-        f.seek(first * 8)
-        entries = np.frombuffer(f.read(8 * (last - first + 1)), dtype=np.uint64)
-    return int((entries >> np.uint64(63)).sum()) * page
-
-
 @pytest.mark.skipif(not __import__("os").path.exists("/proc/self/pagemap"), reason="needs Linux's pagemap")
 @pytest.mark.parametrize("fmt,dtype", [("pth", "fp32"), ("st", "fp16")])
 def test_a_prompt_does_not_leave_the_embedding_resident(tmp_path, fmt, dtype):
@@ -59,32 +48,10 @@ def test_a_prompt_does_not_leave_the_embedding_resident(tmp_path, fmt, dtype):
     model = load_model(path, device="cpu", max_batch=2)
     prompt = np.random.default_rng(0).integers(0, 65536, 300).tolist()
     logits, _ = model.forward(prompt)
-    assert _mapped_bytes(model.emb) <= 64 * 4096  # a few pages at most, not 300 rows' worth
+    assert mapped_bytes(model.emb) <= 64 * 4096  # a few pages at most, not 300 rows' worth
     expected = CpuModel(make_checkpoint("7", n_layer=1, n_embd=64, head_size=32, vocab=65536, seed=3),
                         model.info).forward(prompt)[0]
     np.testing.assert_allclose(logits, expected, rtol=0, atol=2e-2 if dtype == "fp16" else 1e-5)
-
-
-@pytest.mark.skipif(not hasattr(__import__("os"), "preadv") or not __import__("os").path.exists("/proc/self/pagemap"),
-                    reason="needs preadv and Linux's pagemap")
-@pytest.mark.parametrize("fmt,dtype", [("pth", "bf16"), ("pth", "fp16"), ("st", "fp16"), ("st", "fp32")])
-def test_gathering_embedding_rows_maps_none_of_the_file(tmp_path, monkeypatch, fmt, dtype):
-    # Read through the mapping, each row maps its whole page-cache folio for the length of
-    # a step (16 rows of a 0.1B model: 29 MB of its peak memory); read from the file, none.
-    from ai00_like.rwkv import formats
-    from ai00_like.rwkv.formats import gather_rows
-
-    tensors = make_checkpoint("7", n_layer=1, n_embd=64, head_size=32, vocab=65536, seed=3)
-    path = tmp_path / f"m.{fmt}"
-    (write_pth(tensors, path, dtype=dtype) if fmt == "pth" else write_safetensors(tensors, path, dtype=dtype))
-    table = read_checkpoint(path, keep_bf16=True).tensors["emb.weight"]
-    formats.release_pages(table)  # what reading the file's header and checks left mapped
-    before = _mapped_bytes(table)  # at most the two pages it shares with its neighbours
-    monkeypatch.setattr(formats, "release_pages", lambda arr: None)  # nothing may need releasing
-    ids = np.random.default_rng(1).integers(0, 65536, 40)
-    rows = gather_rows(table, ids)
-    assert _mapped_bytes(table) == before <= 2 * 4096
-    assert rows.dtype == table.dtype and rows.tobytes() == table[ids].tobytes()
 
 
 THREADS_AFTER_LOADING_IN_A_LIVING_THREAD = """

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .formats import as_float
+from .formats import as_float, release_pages
 from .weights import PRECISIONS, PROJECTION
 
 QUANT_TYPES = ("int8", "nf4")
@@ -82,8 +82,12 @@ def quantise(kind: str, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(packed weights, packed block scales) as uint32 arrays, CHUNK elements at a time."""
     flat = np.asarray(weights).reshape(-1)
     step = {"int8": _int8, "nf4": _nf4}[kind]
-    # bf16 arrives as its bit patterns (formats.BF16): widened a chunk at a time like the rest
-    parts = [step(np.asarray(as_float(flat[i : i + CHUNK]), dtype=np.float32)) for i in range(0, len(flat), CHUNK)]
+    parts = []
+    for i in range(0, len(flat), CHUNK):
+        # bf16 arrives as its bit patterns (formats.BF16): widened a chunk at a time like the rest
+        chunk = flat[i : i + CHUNK]
+        parts.append(step(np.asarray(as_float(chunk), dtype=np.float32)))
+        release_pages(chunk)  # a mapped file's pages, done with (an fp32 file's stayed resident)
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 

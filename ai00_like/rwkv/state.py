@@ -8,6 +8,7 @@ v7 `[H, N(value), N(key)]`.
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -71,6 +72,20 @@ class State:
             raise ValueError(f"state shapes {got} do not fit this model (expected {want})")
 
 
+def untouched_zeros(shape: tuple[int, ...]) -> np.ndarray:
+    """float32 zeros in an anonymous mapping of small pages, resident only where written.
+
+    numpy asks for huge pages for large arrays, and a huge page is taken whole at its first
+    write: one slot's first step would take 2 MiB of every layer's states of all slots.
+    """
+    count = int(np.prod(shape))
+    private = {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS} if hasattr(mmap, "MAP_ANONYMOUS") else {}
+    pages = mmap.mmap(-1, max(4 * count, 1), **private)
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):
+        pages.madvise(mmap.MADV_NOHUGEPAGE)
+    return np.frombuffer(pages, np.float32, count=count).reshape(shape)
+
+
 class StatePool:
     """The states of `size` slots, stored slot-second ([L, B, ...]) so a layer's slice is one view."""
 
@@ -78,8 +93,12 @@ class StatePool:
         self.info, self.size = info, size
         self.initial = initial if initial is not None else State.zeros(info)
         self.initial.check(info)
-        self.att_shift, self.wkv, self.ffn_shift = (np.repeat(part[:, None], size, axis=1)
-                                                    for part in self.initial.parts())
+        # Every slot starts as `initial`: when that is all zeros, as pages nobody has
+        # written yet, so a slot takes memory once a sequence uses it rather than at load
+        # (16 slots of a 7B model: 0.5 GiB).
+        self.att_shift, self.wkv, self.ffn_shift = (
+            np.repeat(part[:, None], size, axis=1) if part.any() else untouched_zeros((len(part), size, *part.shape[1:]))
+            for part in self.initial.parts())
 
     def parts(self) -> LayerSlots:
         return LayerSlots(self.att_shift, self.wkv, self.ffn_shift)

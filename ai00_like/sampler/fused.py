@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from ..rwkv.cpu.jit import LAUNCH, compiler, in_passing_thread
+from ..rwkv.cpu.jit import LAUNCH, compiler, in_passing_thread, release_compiler_pages
 from ..rwkv.cpu.ops import SKINNY_ROWS
 
 MAX_TOP_K = 512
@@ -100,6 +100,7 @@ def warm_up() -> None:
     row = np.zeros(MIN_VOCAB, dtype=np.float32)
     one = np.ones(1)
     in_passing_thread(sample, [row], [None], np.full(1, 2), one, one, one * 0.5)
+    release_compiler_pages()  # what loading the kernel read back in
 
 
 # Module-level kernels, compiled below where numba is: numba's on-disk cache keys a kernel

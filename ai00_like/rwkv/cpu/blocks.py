@@ -162,14 +162,18 @@ class TimeMix7:
 
     def __call__(self, z, prev, plan, states, ctx):
         A, H, N = z.shape[0], self.H, self.N
-        xr, xw, xk, xv, xa, xg = z + (prev - z) * self.mix
-        r = linear(xr, self.W["receptance"])
-        k = linear(xk, self.W["key"])
+        # x_q = z + (p − z)·μ_q, each made where it is used: the six at once were a prefill's
+        # largest temporaries
+        delta, (mu_r, mu_w, mu_k, mu_v, mu_a, mu_g) = prev - z, self.mix
+        r = linear(z + delta * mu_r, self.W["receptance"])
+        k = linear(z + delta * mu_k, self.W["key"])
+        xv = z + delta * mu_v
         v = linear(xv, self.W["value"])
         lora = self.lora
-        log_decay = -V7_DECAY_SCALE * sigmoid(self.w0 + linear(np.tanh(linear(xw, lora["w1"])), lora["w2"]))
-        alpha = sigmoid(self.a0 + linear(linear(xa, lora["a1"]), lora["a2"]))  # in-context learning rate
-        g = linear(sigmoid(linear(xg, lora["g1"])), lora["g2"])
+        decay_lora = linear(np.tanh(linear(z + delta * mu_w, lora["w1"])), lora["w2"])
+        log_decay = -V7_DECAY_SCALE * sigmoid(self.w0 + decay_lora)
+        alpha = sigmoid(self.a0 + linear(linear(z + delta * mu_a, lora["a1"]), lora["a2"]))  # in-context learning rate
+        g = linear(sigmoid(linear(z + delta * mu_g, lora["g1"])), lora["g2"])
         kappa = (k * self.k_k).reshape(A, H, N)
         kappa = kappa / np.maximum(np.linalg.norm(kappa, axis=-1, keepdims=True), 1e-12)
         k = k * (1.0 + (alpha - 1.0) * self.k_a)  # κ̂ above uses the unmodified k
@@ -209,7 +213,9 @@ def wkv5(plan, states, r, k, v, log_decay, bonus):
 
 def feed_forward(W, xk, xr=None):
     """The channel mix after its token mix: W_v relu(W_k x_k)², gated by σ(W_r x_r) before v7."""
-    out = linear(np.square(np.maximum(linear(xk, W["key"]), 0.0)), W["value"])
+    hidden = linear(xk, W["key"])  # [A, 4C]: squared in place, the largest activation of a prefill
+    np.maximum(hidden, 0.0, out=hidden)
+    out = linear(np.square(hidden, out=hidden), W["value"])
     return out if xr is None else sigmoid(linear(xr, W["receptance"])) * out
 
 

@@ -18,7 +18,7 @@ from ..state import State, StatePool
 from ..weights import as_float32, embedding_rows, file_precision, stored
 from .blocks import Block, Context
 from .fused7 import OneRowLayers
-from .jit import in_passing_thread
+from .jit import in_passing_thread, release_compiler_pages
 from .ops import SKINNY_ROWS, keeps_16bit, kernel_form, layer_norm, linear, pinned_blas_note, threads_for
 from .skinny import skinny_matmul
 
@@ -69,6 +69,7 @@ class CpuModel:
             # now, from numba's on-disk cache after the first run, not in the first batch
             # of requests; a single row too, for the fused layers.
             in_passing_thread(self._warm_up)
+            log.debug("released %.0f MiB of LLVM's pages after the warm-up", release_compiler_pages() / 2**20)
 
     def _warm_up(self) -> None:
         pool = StatePool(self.info, 2)
