@@ -41,6 +41,9 @@ def test_gathering_embedding_rows_maps_none_of_the_file(tmp_path, monkeypatch, f
     rows = gather_rows(table, ids)
     assert mapped_bytes(table) == before <= 2 * 4096
     assert rows.dtype == table.dtype and rows.tobytes() == table[ids].tobytes()
+    for wrong in ([65536], [-1]):  # never the bytes of the tensors beside it
+        with pytest.raises(IndexError):
+            gather_rows(table, np.array(wrong))
 
 
 @pytest.mark.skipif(not HAS_SMAPS, reason="needs Linux's smaps")

@@ -97,6 +97,8 @@ def gather_rows(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
     mapping = _mapping_of(table) if table.flags.c_contiguous else None
     file = _FILES.get(id(mapping[0])) if mapping else None
     if file is not None and len(ids):
+        if int(np.min(ids)) < 0 or int(np.max(ids)) >= len(table):  # a read would land in other tensors
+            raise IndexError(f"row ids must be in [0, {len(table)})")
         (fd, path), row_bytes, start = file, table.strides[0], mapping[1]
         for row, i in zip(rows.view(np.uint8).reshape(len(ids), -1), ids):
             if os.preadv(fd, [row], start + int(i) * row_bytes) != row_bytes:
