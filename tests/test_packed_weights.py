@@ -1,7 +1,8 @@
 """Int8 and NF4 projections kept packed on the CPU (rwkv/cpu/int8.py, nf4.py): the products
-equal those of the dequantised weights, for a decoding batch (the direct kernels below
-PACKED_DIRECT_ROWS rows, widened tiles through the skinny kernel from there) and a prefill
-chunk (tiles widened for BLAS)."""
+equal those of the dequantised weights, for a decoding batch (NF4's direct kernel below
+PACKED_DIRECT_ROWS rows, widened tiles through the skinny kernel from there; Int8's direct
+kernel below int8.BLOCK_ROWS rows, its block kernel from there) and a prefill chunk (tiles
+widened for BLAS)."""
 
 from __future__ import annotations
 
@@ -86,6 +87,24 @@ def test_the_vector_kernels_equal_the_scalar_ones(kind, rows):
         assert kernels[0] is not kernels[1]
     assert np.isfinite(vector).all()
     np.testing.assert_allclose(vector, scalar, rtol=1e-5, atol=1e-5 * np.abs(scalar).max())
+
+
+@pytest.mark.parametrize("rows", [4, 5, 16, 19, 64])
+def test_the_int8_block_kernel_equals_the_scalar_one(rows):
+    """A decoding batch's Int8 kernel: each 4 weight rows dequantised once, then multiplied
+    4 rows of x at a time (37 weight rows end on a block of one)."""
+    from ai00_like.rwkv.cpu import int8
+
+    rng = np.random.default_rng(rows)
+    packed = PackedInt8.of(QuantisedMatrix.of("int8", rng.standard_normal((37, 640), dtype=np.float32)))
+    x = rng.standard_normal((rows, 640), dtype=np.float32)
+    xsum = x.reshape(rows, -1, 128).sum(axis=2)
+    block, scalar = (np.full((rows, 37), np.nan, dtype=np.float32) for _ in range(2))
+    int8.int8_block_kernel(packed.q, packed.bounds, x, xsum, block)
+    int8.int8_scalar_kernel(packed.q, packed.bounds, x, xsum, scalar)
+    assert np.isfinite(block).all()
+    np.testing.assert_allclose(block, scalar, rtol=1e-5, atol=1e-5 * np.abs(scalar).max())
+    np.testing.assert_array_equal(int8_matmul(x, packed), block)  # what a batch of this many rows runs
 
 
 AVX2_ONLY = "+avx2,+fma,+f16c,+avx,+sse4.2,+popcnt,+bmi,+bmi2,+lzcnt,+movbe,-avx512f"

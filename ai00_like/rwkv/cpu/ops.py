@@ -115,8 +115,10 @@ TILE_ROWS = 1024
 # once per 8 rows, and win further (on one core, a 3072 × 768 matrix at 16 rows: NF4 tiles
 # 1,341 µs, direct 956-994; Int8 tiles 1,128-1,142, direct 1,197; at 8 rows direct wins
 # both, 472-598 against 733-1,028); the scalar ones only below 8 rows (at 16, NF4 1,275
-# direct against 637 in tiles).
-PACKED_DIRECT_ROWS = {PackedInt8: 16, PackedNF4: 32} if vector_dots.build() else {PackedInt8: 8, PackedNF4: 8}
+# direct against 637 in tiles). Int8 never takes the tiles in a decoding batch: from 4 rows
+# its kernel dequantises each 4 weight rows once into a scratch that stays in L1, in one
+# launch (int8.block_matmul), faster than either.
+PACKED_DIRECT_ROWS = {PackedInt8: SKINNY_ROWS + 1, PackedNF4: 32 if vector_dots.build() else 8}
 DECODE_TILE_ROWS = 512
 _tiles = threading.local()
 

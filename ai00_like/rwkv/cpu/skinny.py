@@ -51,57 +51,69 @@ widen = prefetch_rows = None  # intrinsics.py's, where numba is
 
 
 def skinny(W, x, out):  # pragma: no cover - compiled by numba
-    N, K = W.shape
-    M = x.shape[0]
+    N = W.shape[0]
     for block in prange((N + 3) // 4):
         n = block * 4
         prefetch_rows(W, n + PREFETCH_ROWS, 4)
         if n + 4 > N:  # the last rows of W when N is not a multiple of 4
             for i in range(n, N):
-                for j in range(M):
-                    s = np.float32(0.0)
-                    for k in range(K):
-                        s += widen(W[i, k]) * x[j, k]
-                    out[j, i] = s
-            continue
-        j = 0
-        while j + 4 <= M:
-            s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = np.float32(0.0)
-            s20 = s21 = s22 = s23 = s30 = s31 = s32 = s33 = np.float32(0.0)
-            for k in range(K):
-                w0, w1, w2, w3 = widen(W[n, k]), widen(W[n + 1, k]), widen(W[n + 2, k]), widen(W[n + 3, k])
-                x0, x1, x2, x3 = x[j, k], x[j + 1, k], x[j + 2, k], x[j + 3, k]
-                s00 += w0 * x0
-                s01 += w0 * x1
-                s02 += w0 * x2
-                s03 += w0 * x3
-                s10 += w1 * x0
-                s11 += w1 * x1
-                s12 += w1 * x2
-                s13 += w1 * x3
-                s20 += w2 * x0
-                s21 += w2 * x1
-                s22 += w2 * x2
-                s23 += w2 * x3
-                s30 += w3 * x0
-                s31 += w3 * x1
-                s32 += w3 * x2
-                s33 += w3 * x3
-            out[j, n], out[j + 1, n], out[j + 2, n], out[j + 3, n] = s00, s01, s02, s03
-            out[j, n + 1], out[j + 1, n + 1], out[j + 2, n + 1], out[j + 3, n + 1] = s10, s11, s12, s13
-            out[j, n + 2], out[j + 1, n + 2], out[j + 2, n + 2], out[j + 3, n + 2] = s20, s21, s22, s23
-            out[j, n + 3], out[j + 1, n + 3], out[j + 2, n + 3], out[j + 3, n + 3] = s30, s31, s32, s33
-            j += 4
-        while j < M:  # the last rows of x when M is not a multiple of 4
-            s0 = s1 = s2 = s3 = np.float32(0.0)
-            for k in range(K):
-                xk = x[j, k]
-                s0 += widen(W[n, k]) * xk
-                s1 += widen(W[n + 1, k]) * xk
-                s2 += widen(W[n + 2, k]) * xk
-                s3 += widen(W[n + 3, k]) * xk
-            out[j, n], out[j, n + 1], out[j, n + 2], out[j, n + 3] = s0, s1, s2, s3
-            j += 1
+                row_times_x(W, i, x, out, i)
+        else:
+            four_rows_times_x(W, n, x, out, n)
+
+
+def row_times_x(W, w, x, out, n):  # pragma: no cover - compiled by numba
+    """out[:, n] = x · W[w] (widened)."""
+    K = W.shape[1]
+    for j in range(x.shape[0]):
+        s = np.float32(0.0)
+        for k in range(K):
+            s += widen(W[w, k]) * x[j, k]
+        out[j, n] = s
+
+
+def four_rows_times_x(W, w, x, out, n):  # pragma: no cover - compiled by numba
+    """out[:, n : n + 4] = x · W[w : w + 4]ᵀ, each weight widened once for 4 rows of x."""
+    K = W.shape[1]
+    M = x.shape[0]
+    j = 0
+    while j + 4 <= M:
+        s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = np.float32(0.0)
+        s20 = s21 = s22 = s23 = s30 = s31 = s32 = s33 = np.float32(0.0)
+        for k in range(K):
+            w0, w1, w2, w3 = widen(W[w, k]), widen(W[w + 1, k]), widen(W[w + 2, k]), widen(W[w + 3, k])
+            x0, x1, x2, x3 = x[j, k], x[j + 1, k], x[j + 2, k], x[j + 3, k]
+            s00 += w0 * x0
+            s01 += w0 * x1
+            s02 += w0 * x2
+            s03 += w0 * x3
+            s10 += w1 * x0
+            s11 += w1 * x1
+            s12 += w1 * x2
+            s13 += w1 * x3
+            s20 += w2 * x0
+            s21 += w2 * x1
+            s22 += w2 * x2
+            s23 += w2 * x3
+            s30 += w3 * x0
+            s31 += w3 * x1
+            s32 += w3 * x2
+            s33 += w3 * x3
+        out[j, n], out[j + 1, n], out[j + 2, n], out[j + 3, n] = s00, s01, s02, s03
+        out[j, n + 1], out[j + 1, n + 1], out[j + 2, n + 1], out[j + 3, n + 1] = s10, s11, s12, s13
+        out[j, n + 2], out[j + 1, n + 2], out[j + 2, n + 2], out[j + 3, n + 2] = s20, s21, s22, s23
+        out[j, n + 3], out[j + 1, n + 3], out[j + 2, n + 3], out[j + 3, n + 3] = s30, s31, s32, s33
+        j += 4
+    while j < M:  # the last rows of x when M is not a multiple of 4
+        s0 = s1 = s2 = s3 = np.float32(0.0)
+        for k in range(K):
+            xk = x[j, k]
+            s0 += widen(W[w, k]) * xk
+            s1 += widen(W[w + 1, k]) * xk
+            s2 += widen(W[w + 2, k]) * xk
+            s3 += widen(W[w + 3, k]) * xk
+        out[j, n], out[j, n + 1], out[j, n + 2], out[j, n + 3] = s0, s1, s2, s3
+        j += 1
 
 
 def widen_all(W, out):  # pragma: no cover - compiled by numba
@@ -131,6 +143,8 @@ def widen_rows(weight: np.ndarray, out: np.ndarray) -> np.ndarray:
 _tools = intrinsics.build()
 if _tools is not None:
     prange, widen, prefetch_rows = _tools.prange, _tools.widen, _tools.prefetch_rows
+    row_times_x = _tools.jit(parallel=False, inline="always")(row_times_x)
+    four_rows_times_x = _tools.jit(parallel=False, inline="always")(four_rows_times_x)
     skinny = _tools.jit(skinny)
     widen_all = _tools.jit(widen_all)
     skinny_kernel = skinny  # the compiled kernel itself, for compiled callers (fused7.py)
