@@ -19,7 +19,8 @@ from ..weights import as_float32, embedding_rows, file_precision, stored
 from .blocks import Block, Context
 from .fused7 import OneRowLayers
 from .jit import in_passing_thread, release_compiler_pages
-from .ops import SKINNY_ROWS, keeps_16bit, kernel_form, layer_norm, linear, pinned_blas_note, threads_for
+from .ops import (SKINNY_ROWS, kernel_set, keeps_16bit, kernel_form, layer_norm, linear, pinned_blas_note,
+                  threads_for)
 from .skinny import skinny_matmul
 
 HEAD_BLOCK = 2048  # rows of the head per product when decoding a batch
@@ -61,6 +62,7 @@ class CpuModel:
         if progress:
             progress(info.n_layer + 1, info.n_layer + 1)
         self.pool = StatePool(info, max_batch, initial_state)
+        self._kernels_loaded: set[tuple] = set()  # the kernel sets (ops.kernel_set) of the steps so far
         if note := pinned_blas_note():
             log.warning(note)
         if skinny_matmul is not None:
@@ -69,7 +71,6 @@ class CpuModel:
             # now, from numba's on-disk cache after the first run, not in the first batch
             # of requests; a single row too, for the fused layers.
             in_passing_thread(self._warm_up)
-            log.debug("released %.0f MiB of LLVM's pages after the warm-up", release_compiler_pages() / 2**20)
 
     def _warm_up(self) -> None:
         pool = StatePool(self.info, 2)
@@ -128,7 +129,15 @@ class CpuModel:
         # ln_out and the head (the largest matrix) only on the rows whose logits are wanted.
         with self._threads(len(layout.wanted)):
             logits = self._head(x[layout.wanted]) if layout.wanted else None  # (wanted, V)
+        self._kernels_used((kernel_set(len(layout.ids)), kernel_set(len(layout.wanted))))
         return layout.results(logits)
+
+    def _kernels_used(self, kernels: tuple) -> None:
+        """After the first step that ran this set of kernels (loading them, and LLVM with
+        them), LLVM's pages can go again (jit.release_compiler_pages)."""
+        if kernels not in self._kernels_loaded and skinny_matmul is not None:
+            self._kernels_loaded.add(kernels)
+            log.debug("released %.0f MiB of LLVM's pages", release_compiler_pages() / 2**20)
 
     def _threads(self, rows: int):
         return threads_for(rows, single_row_in_numba=self.single_row_in_numba)

@@ -12,6 +12,7 @@ import numpy as np
 from ..formats import as_float
 from ..quant import QuantisedMatrix
 from . import vector_dots
+from .int8 import BLOCK_ROWS as INT8_BLOCK_ROWS
 from .int8 import PackedInt8, int8_matmul, int8_rows
 from .nf4 import PackedNF4, nf4_matmul, nf4_rows
 from .skinny import skinny_matmul, widen_rows
@@ -98,6 +99,12 @@ def linear(x: np.ndarray, weight: np.ndarray | PackedInt8 | PackedNF4) -> np.nda
             return skinny_matmul(x, weight)
         return np.ascontiguousarray((weight @ x.T).T)
     return x @ weight.T
+
+
+def kernel_set(rows: int) -> tuple[bool, ...]:
+    """Which of `linear`'s kernels a product of `rows` rows of x runs, as the thresholds it
+    reaches: the first product of each set loads its kernels from numba's cache."""
+    return tuple(rows >= threshold for threshold in (2, INT8_BLOCK_ROWS, *PACKED_DIRECT_ROWS.values(), SKINNY_ROWS + 1))
 
 
 def keeps_16bit() -> bool:
