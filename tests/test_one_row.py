@@ -25,6 +25,7 @@ PROMPT = [5, 17, 300, 42, 999, 1, 64, 128]
 FORMS = {
     "bf16.pth": (lambda t, p: write_pth(t, p, "bf16"), {}),
     "fp16.pth": (lambda t, p: write_pth(t, p, "fp16"), {}),
+    "fp32.pth": (lambda t, p: write_pth(t, p, "fp32"), {}),
     "fp16.st": (lambda t, p: write_safetensors(t, p, layout="official", dtype="fp16"), {}),
     "web-rwkv.st": (lambda t, p: write_safetensors(t, p, layout="web-rwkv", dtype="fp16"), {}),
     "bf16.pth at fp32, layer 0 Int8": (lambda t, p: write_pth(t, p, "bf16"),
@@ -74,10 +75,3 @@ def test_a_single_row_in_any_slot_leaves_the_other_slots_alone(tmp_path):
     expected = model.step([StepInput(2, [77])])[0]
     assert rel_err(fused, expected) < 1e-4
     assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(after[2].parts(), model.read_state(2).parts()))
-
-
-def test_fp32_models_keep_blas_for_single_rows(tmp_path):
-    """An fp32 model's single row goes through OpenBLAS's matrix-vector products, not here."""
-    path = tmp_path / "model.pth"
-    write_pth(make_checkpoint("7", **SHAPE), path, "fp32")
-    assert load_model(str(path)).one_row is None

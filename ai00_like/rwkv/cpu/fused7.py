@@ -28,6 +28,7 @@ from .skinny import kernel_view, skinny_kernel
 
 V7_DECAY_SCALE = np.float32(0.606531)  # e^-1/2, as blocks.py
 prange = range  # numba's where it compiles the kernels below
+prefetch_array = None  # intrinsics.py's, where numba is
 
 
 def matvec(W, x, out):
@@ -82,6 +83,15 @@ def layer(x, att_shift, S, ffn_shift, v_first, first,  # pragma: no cover - comp
     the first layer) v_first are updated in place."""
     C, H, N = x.shape[0], r_k.shape[0], r_k.shape[1]
     f32 = np.float32
+    # This layer's vectors and state were last read a token ago, and the weights streamed
+    # since have pushed them out of every cache: asked for now, they arrive while the first
+    # products run instead of as a cache miss each in the element-wise work between them
+    # (12 layers of the 0.1B shape in bf16: 8.1-8.9 → 7.2 ms).
+    for vector in (ln1_w, ln1_b, ln2_w, ln2_b, w0, a0, v0, k_k, k_a, lnx_w, lnx_b, ffn_mix, att_shift, ffn_shift):
+        prefetch_array(vector)
+    prefetch_array(mix)
+    prefetch_array(r_k)
+    prefetch_array(S)
     z = np.empty(C, dtype=np.float32)
     layer_norm(x, ln1_w, ln1_b, LN_EPS, z)
     # The token shift: the previous token's row, and this one's kept for the next.
@@ -215,7 +225,7 @@ if _tools is not None:
 
     overload(matvec)(_matvec)
     overload(rows_of)(_rows_of)
-    prange = _tools.prange
+    prange, prefetch_array = _tools.prange, _tools.prefetch_array
     layer_norm = _tools.jit(parallel=False, inline="always")(layer_norm)
     sigmoid = _tools.jit(parallel=False, inline="always")(sigmoid)
     wkv = _tools.jit(wkv)

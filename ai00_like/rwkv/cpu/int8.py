@@ -31,7 +31,6 @@ from .jit import LAUNCH
 from .skinny import four_rows_times_x, row_times_x
 
 INT8_BLOCK = BLOCK["int8"]
-PREFETCH_ROWS = 8  # as skinny.py: rows asked for ahead of the ones being multiplied
 # From this many rows of x, block_matmul: on two Zen 4 cores, 3,072 × 768 at 4 rows
 # 196 → 160 µs, at 16 rows 836 → 439 µs (where widened tiles took 582).
 BLOCK_ROWS = 4
@@ -66,7 +65,7 @@ class PackedInt8:
 
 # Module-level kernels, compiled below where numba is (skinny.py says why not nested).
 prange = range
-widen = prefetch_rows = dot8 = dot4 = dot1 = None  # intrinsics.py's and vector_dots.py's, where numba is
+widen = dot8 = dot4 = dot1 = None  # intrinsics.py's and vector_dots.py's, where numba is
 
 
 def low_step(bounds, i, b):  # pragma: no cover - compiled by numba
@@ -79,7 +78,6 @@ def scalar_matmul(Q, bounds, x, xsum, out):  # pragma: no cover - compiled by nu
     N, K = Q.shape
     M = x.shape[0]
     for i in prange(N):
-        prefetch_rows(Q, i + PREFETCH_ROWS, 1)
         j = 0
         while j + 4 <= M:  # four rows of x per widened weight (measured: 4×4 tiles and 8 rows were slower)
             s0 = s1 = s2 = s3 = np.float32(0.0)
@@ -113,7 +111,6 @@ def scalar_matmul(Q, bounds, x, xsum, out):  # pragma: no cover - compiled by nu
 def vector_matmul(Q, bounds, x, xsum, out):  # pragma: no cover - compiled by numba
     N, M = Q.shape[0], x.shape[0]
     for i in prange(N):
-        prefetch_rows(Q, i + PREFETCH_ROWS, 1)
         j = 0
         while j + 8 <= M:
             dot8(Q, bounds, x, xsum, i, j, out)
@@ -138,7 +135,6 @@ def block_matmul(Q, bounds, x, xsum, out):  # pragma: no cover - compiled by num
         W = np.empty((4, K), dtype=np.float32)
         for block in range(task * per, min(blocks, task * per + per)):
             n = block * 4
-            prefetch_rows(Q, n + PREFETCH_ROWS, 4)
             rows = min(4, N - n)
             for r in range(rows):
                 for b in range(K // 128):
@@ -183,7 +179,7 @@ def int8_rows(w: PackedInt8, first: int, out: np.ndarray) -> np.ndarray:
 # CPUs without AVX2 run (and what the tests hold the vector one to).
 _tools = intrinsics.build()
 if _tools is not None:
-    prange, widen, prefetch_rows = _tools.prange, _tools.widen, _tools.prefetch_rows
+    prange, widen = _tools.prange, _tools.widen
     low_step = _tools.jit(parallel=False, inline="always")(low_step)
     int8_scalar_kernel = _tools.jit(scalar_matmul)
     int8_block_kernel = _tools.jit(block_matmul)

@@ -13,7 +13,6 @@ import numpy as np
 
 from ..batch import BatchPlan, StepInput, StepLayout
 from ..info import ModelInfo
-from ..quant import QuantisedMatrix
 from ..state import State, StatePool
 from ..weights import as_float32, embedding_rows, file_precision, stored
 from .blocks import Block, Context
@@ -40,9 +39,6 @@ class CpuModel:
         layers are prepared."""
         self.info = info
         self.precision = precision = kept_precision(tensors, precision)
-        # Whose kernels multiply a single row: BLAS's for fp32 matrices, numba's for 16-bit
-        # or packed ones (which even a model of fp32 has when its layers are quantised).
-        self.single_row_in_numba = precision != "fp32" or any(isinstance(t, QuantisedMatrix) for t in tensors.values())
         self.tensors = tensors  # as loaded (LoRAs merged), for saving; the layers below share them
         vec = lambda name: as_float32(tensors[name]).reshape(-1)
         # ln0 is applied to the gathered rows each step rather than folded into a copy of
@@ -54,9 +50,8 @@ class CpuModel:
             self.blocks.append(Block(tensors, info, i, precision))
             if progress:
                 progress(i + 1, info.n_layer + 1)
-        # A step of one row (decoding batch 1) runs each v7 layer as one compiled call, where
-        # numba has the cores for a single row anyway.
-        self.one_row = OneRowLayers.of(self.blocks) if self.single_row_in_numba else None
+        # A step of one row (decoding batch 1) runs each v7 layer as one compiled call.
+        self.one_row = OneRowLayers.of(self.blocks)
         self.ln_out = (vec("ln_out.weight"), vec("ln_out.bias"))
         self.head = kernel_form(stored(tensors["head.weight"], precision, "head.weight", source))
         if progress:
@@ -140,7 +135,7 @@ class CpuModel:
             log.debug("released %.0f MiB of LLVM's pages", release_compiler_pages() / 2**20)
 
     def _threads(self, rows: int):
-        return threads_for(rows, single_row_in_numba=self.single_row_in_numba)
+        return threads_for(rows)
 
     def _layers(self, ids: np.ndarray, plan: BatchPlan, pool: StatePool) -> np.ndarray:
         """The last layer's output of the step's rows: (A, C) for A = len(ids)."""

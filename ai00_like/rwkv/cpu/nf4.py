@@ -27,7 +27,6 @@ from .jit import LAUNCH
 
 NF4_BLOCK = BLOCK["nf4"]
 BLOCK_BYTES = NF4_BLOCK // 2
-PREFETCH_ROWS = 8  # as skinny.py: rows asked for ahead of the ones being multiplied
 
 
 @dataclass(frozen=True)
@@ -60,14 +59,13 @@ class PackedNF4:
 
 # Module-level kernels, compiled below where numba is (skinny.py says why not nested).
 prange = range
-widen = prefetch_rows = dot8 = dot4 = dot1 = None  # intrinsics.py's and vector_dots.py's, where numba is
+widen = dot8 = dot4 = dot1 = None  # intrinsics.py's and vector_dots.py's, where numba is
 
 
 def scalar_matmul(Q, absmax, levels, x_even, x_odd, out):  # pragma: no cover - compiled by numba
     N, half = Q.shape
     M = x_even.shape[0]
     for i in prange(N):
-        prefetch_rows(Q, i + PREFETCH_ROWS, 1)
         j = 0
         while j + 4 <= M:  # four rows of x per looked-up weight, as int8.py
             s0 = s1 = s2 = s3 = np.float32(0.0)
@@ -102,7 +100,6 @@ def scalar_matmul(Q, absmax, levels, x_even, x_odd, out):  # pragma: no cover - 
 def vector_matmul(Q, absmax, levels, x_even, x_odd, out):  # pragma: no cover - compiled by numba
     N, M = Q.shape[0], x_even.shape[0]
     for i in prange(N):
-        prefetch_rows(Q, i + PREFETCH_ROWS, 1)
         j = 0
         while j + 8 <= M:
             dot8(Q, absmax, levels, x_even, x_odd, i, j, out)
@@ -146,7 +143,7 @@ def nf4_rows(w: PackedNF4, first: int, out: np.ndarray) -> np.ndarray:
 # CPUs without AVX2 run (and what the tests hold the vector one to).
 _tools = intrinsics.build()
 if _tools is not None:
-    prange, widen, prefetch_rows = _tools.prange, _tools.widen, _tools.prefetch_rows
+    prange, widen = _tools.prange, _tools.widen
     nf4_scalar_kernel = _tools.jit(scalar_matmul)
     dequantise = _tools.jit(dequantise)
     if (_vector := vector_dots.build()) is not None:

@@ -66,13 +66,12 @@ _PACKED = {PackedInt8: (int8_matmul, int8_rows), PackedNF4: (nf4_matmul, nf4_row
 def linear(x: np.ndarray, weight: np.ndarray | PackedInt8 | PackedNF4) -> np.ndarray:
     """x · Wᵀ for W stored [out, in] as in the checkpoints (no transposed copy is made).
 
-    W is fp32, or fp16/bf16 kept at 16 bits (`keeps_16bit`), or packed Int8/NF4. One fp32 row
-    goes through a matrix–vector product, which streams W at memory speed, when BLAS has
-    the cores (threads_for). A few rows (a decoding batch), and one row of any other W,
-    through the unpacked kernel of skinny.py, which widens 16-bit weights as it reads them
-    (int8.py's and nf4.py's for packed blocks below PACKED_DIRECT_ROWS rows); without numba
-    through W · xᵀ, the weights as the left operand, which OpenBLAS runs about twice as fast
-    as x · Wᵀ. A prefill chunk's many rows through x · Wᵀ, which is faster there once the
+    W is fp32, or fp16/bf16 kept at 16 bits (`keeps_16bit`), or packed Int8/NF4. A decoding
+    step's rows (1 to SKINNY_ROWS) go through the unpacked kernel of skinny.py, which widens
+    16-bit weights as it reads them (int8.py's and nf4.py's for packed blocks below
+    PACKED_DIRECT_ROWS rows). Without numba, one fp32 row goes through BLAS's
+    matrix–vector product, and a few rows through W · xᵀ, the weights as the left operand,
+    which OpenBLAS runs about twice as fast as x · Wᵀ. A prefill chunk's many rows through x · Wᵀ, which is faster there once the
     transposed copies are counted; 16-bit and packed W are widened a tile of rows at a time
     into a reused buffer for it (`_tiled_linear`).
     """
@@ -94,7 +93,7 @@ def linear(x: np.ndarray, weight: np.ndarray | PackedInt8 | PackedNF4) -> np.nda
                              TILE_ROWS, _blas_product)
     if rows == 1 and not getattr(_cores, "numba", False):
         return (weight @ x[0])[None, :]
-    if rows <= SKINNY_ROWS:  # one row too where numba has the cores (a 16-bit or quantised model's fp32 head)
+    if rows <= SKINNY_ROWS:
         if skinny_matmul is not None and weight.flags.c_contiguous:
             return skinny_matmul(x, weight)
         return np.ascontiguousarray((weight @ x.T).T)
@@ -155,14 +154,15 @@ _cores = threading.local()  # .numba: whether threads_for gave the step's cores 
 
 
 @contextlib.contextmanager
-def threads_for(rows: int, *, single_row_in_numba: bool = False):
+def threads_for(rows: int):
     """Who gets the two cores during a step of `rows` stacked tokens: BLAS or numba.
 
     OpenBLAS's threads spin for a while after each call, and numba's would fight them for
     the cores (measured: a 1-row decode step 5× slower with both on two threads). A
-    decoding batch (2..SKINNY_ROWS rows) does its products in numba's kernels: BLAS on one
-    thread, numba on all; so does a single row when the weights are 16-bit
-    (`single_row_in_numba`). A single fp32 row or a prefill chunk does them in BLAS: numba
+    decoding step (1..SKINNY_ROWS rows) does its products in numba's kernels, which read
+    each weight row as it is stored: BLAS on one thread, numba on all. (For a single fp32
+    row, OpenBLAS's matrix-vector product streamed the 0.1B shape's weights at about
+    22 GB/s against the kernels' 27.) A prefill chunk does its products in BLAS: numba
     (the WKV kernel, the widening of 16-bit tiles) on one thread.
     """
     global _blas
@@ -172,7 +172,7 @@ def threads_for(rows: int, *, single_row_in_numba: bool = False):
     import numba
 
     numba_threads = numba.get_num_threads()
-    if 1 < rows <= SKINNY_ROWS or (rows == 1 and single_row_in_numba):
+    if rows <= SKINNY_ROWS:
         if _blas is None:
             from threadpoolctl import ThreadpoolController
 

@@ -39,22 +39,25 @@ def kernel_view(weight: np.ndarray) -> np.ndarray:
     return weight
 
 
-PREFETCH_ROWS = 8  # how far ahead of the rows being multiplied their successors are asked for
-
-
 # The kernels are module-level functions, compiled below where numba is: numba's on-disk
 # cache keys a kernel on its closure's pickled contents, and a compiled function pickles
 # differently in every process, so a kernel nested in a builder was compiled anew at every
 # start (a few seconds, and tens of MiB of LLVM's memory kept).
 prange = range
-widen = prefetch_rows = None  # intrinsics.py's, where numba is
+widen = None  # intrinsics.py's, where numba is
 
 
 def skinny(W, x, out):  # pragma: no cover - compiled by numba
     N = W.shape[0]
+    if x.shape[0] == 1:
+        # One row of x: a dot product per weight row, each task's rows one sequential
+        # stream. Four rows at a time (below) read four rows' streams side by side: on
+        # two Zen 4 cores 23-26 GB/s, against 31-40 row by row.
+        for n in prange(N):
+            row_times_x(W, n, x, out, n)
+        return
     for block in prange((N + 3) // 4):
         n = block * 4
-        prefetch_rows(W, n + PREFETCH_ROWS, 4)
         if n + 4 > N:  # the last rows of W when N is not a multiple of 4
             for i in range(n, N):
                 row_times_x(W, i, x, out, i)
@@ -142,7 +145,7 @@ def widen_rows(weight: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 _tools = intrinsics.build()
 if _tools is not None:
-    prange, widen, prefetch_rows = _tools.prange, _tools.widen, _tools.prefetch_rows
+    prange, widen = _tools.prange, _tools.widen
     row_times_x = _tools.jit(parallel=False, inline="always")(row_times_x)
     four_rows_times_x = _tools.jit(parallel=False, inline="always")(four_rows_times_x)
     skinny = _tools.jit(skinny)
