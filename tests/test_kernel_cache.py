@@ -24,8 +24,8 @@ from ai00_like.rwkv.synthetic import make_checkpoint
 pytestmark = pytest.mark.skipif(skinny_matmul is None, reason="the compiled kernels need numba")
 
 # Loads a bf16 .pth as released at its own precision, with Int8 and with NF4 layers (and an
-# Int8 head), runs a prompt, batch 1 and batch 3 steps on each, and the fused sampler;
-# then prints each compiled kernel's cache misses.
+# Int8 head), runs a prompt, batch 1, 3 and 6 steps on each (6 rows: batched.py's kernel),
+# and the fused sampler; then prints each compiled kernel's cache misses.
 RUN = """
 import json, sys
 import numpy as np
@@ -36,9 +36,9 @@ from ai00_like.sampler import fused
 
 for options in (dict(precision="auto"), dict(quant=99, quant_type="int8", quant_head=True),
                 dict(quant=99, quant_type="nf4")):
-    model = load_model(sys.argv[1], max_batch=4, **options)
+    model = load_model(sys.argv[1], max_batch=6, **options)
     model.forward([5, 17, 300, 42] * 20)
-    for rows in (1, 3):
+    for rows in (1, 3, 6):
         logits = model.step([StepInput(slot, [slot + 1]) for slot in range(rows)])
 fused.warm_up()
 fused.sample([np.zeros(fused.MIN_VOCAB, dtype=np.float32)] * 3, [None] * 3, np.full(3, 2), *(np.ones(3) * 0.5,) * 3)

@@ -1,8 +1,7 @@
-"""Int8 and NF4 projections kept packed on the CPU (rwkv/cpu/int8.py, nf4.py): the products
-equal those of the dequantised weights, for a decoding batch (NF4's direct kernel below
-PACKED_DIRECT_ROWS rows, widened tiles through the skinny kernel from there; Int8's direct
-kernel below int8.BLOCK_ROWS rows, its block kernel from there) and a prefill chunk (tiles
-widened for BLAS)."""
+"""Int8 and NF4 projections kept packed on the CPU (rwkv/cpu/int8.py, nf4.py, batched.py):
+the products equal those of the dequantised weights, for a decoding batch (the direct
+kernels below PACKED_DIRECT_ROWS rows, the block kernel of batched.py from there) and a
+prefill chunk (tiles widened for BLAS)."""
 
 from __future__ import annotations
 
@@ -30,7 +29,6 @@ PACKED = {"int8": (PackedInt8, 0.3), "nf4": (PackedNF4, 0.16)}
 @pytest.mark.parametrize("shape", [(256, 128), (1000, 384), (128, 1024)])
 def test_packed_products_equal_the_dequantised_ones(kind, shape, rows, monkeypatch):
     monkeypatch.setattr(ops, "TILE_ROWS", 96)  # several tiles, the last one short
-    monkeypatch.setattr(ops, "DECODE_TILE_ROWS", 80)
     rng = np.random.default_rng(rows)
     matrix = QuantisedMatrix.of(kind, rng.standard_normal(shape, dtype=np.float32))
     packed = ops.kernel_form(matrix)
@@ -76,7 +74,7 @@ def run_both_kernels(kind: str, rows: int, seed: int = 0):
 
 
 @pytest.mark.parametrize("kind", ["int8", "nf4"])
-@pytest.mark.parametrize("rows", [1, 2, 4, 5, 8, 9, 16, 19])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 16, 19])
 def test_the_vector_kernels_equal_the_scalar_ones(kind, rows):
     """The products as explicit vector code (vector_dots.py, where the CPU has AVX2 or
     AVX-512) give the scalar kernels' results, which CPUs without them run."""
@@ -89,22 +87,38 @@ def test_the_vector_kernels_equal_the_scalar_ones(kind, rows):
     np.testing.assert_allclose(vector, scalar, rtol=1e-5, atol=1e-5 * np.abs(scalar).max())
 
 
+@pytest.mark.parametrize("kind", ["int8", "nf4"])
 @pytest.mark.parametrize("rows", [4, 5, 16, 19, 64])
-def test_the_int8_block_kernel_equals_the_scalar_one(rows):
-    """A decoding batch's Int8 kernel: each 4 weight rows dequantised once, then multiplied
-    4 rows of x at a time (37 weight rows end on a block of one)."""
-    from ai00_like.rwkv.cpu import int8
+def test_the_block_kernel_equals_the_direct_scalar_one(kind, rows):
+    """A decoding batch's kernel (batched.py): each 4 weight rows widened once, then
+    multiplied 4 rows of x at a time (37 weight rows end on a block of one)."""
+    from ai00_like.rwkv.cpu.batched import batched_matmul
 
-    rng = np.random.default_rng(rows)
-    packed = PackedInt8.of(QuantisedMatrix.of("int8", rng.standard_normal((37, 640), dtype=np.float32)))
+    (_, scalar), _ = run_both_kernels(kind, rows)
+    rng = np.random.default_rng(rows)  # run_both_kernels' matrix and x again
+    matrix = QuantisedMatrix.of(kind, rng.standard_normal((37, 640), dtype=np.float32))
     x = rng.standard_normal((rows, 640), dtype=np.float32)
-    xsum = x.reshape(rows, -1, 128).sum(axis=2)
-    block, scalar = (np.full((rows, 37), np.nan, dtype=np.float32) for _ in range(2))
-    int8.int8_block_kernel(packed.q, packed.bounds, x, xsum, block)
-    int8.int8_scalar_kernel(packed.q, packed.bounds, x, xsum, scalar)
+    block = batched_matmul(x, ops.kernel_form(matrix))
     assert np.isfinite(block).all()
     np.testing.assert_allclose(block, scalar, rtol=1e-5, atol=1e-5 * np.abs(scalar).max())
-    np.testing.assert_array_equal(int8_matmul(x, packed), block)  # what a batch of this many rows runs
+    if rows >= ops.PACKED_DIRECT_ROWS[type(ops.kernel_form(matrix))]:
+        np.testing.assert_array_equal(ops.linear(x, ops.kernel_form(matrix)), block)  # what such a batch runs
+
+
+def widened_nf4_rows_equal_the_dequantised_matrix() -> None:
+    """NF4 rows widened to fp32 (vector_dots.nf4_row where the CPU has AVX2 or AVX-512) are
+    exactly the numbers quant.py's dequantisation gives."""
+    from ai00_like.rwkv.cpu.nf4 import nf4_rows
+
+    matrix = QuantisedMatrix.of("nf4", np.random.default_rng(3).standard_normal((37, 640), dtype=np.float32))
+    out = np.full((37, 640), np.nan, dtype=np.float32)
+    np.testing.assert_array_equal(nf4_rows(PackedNF4.of(matrix), 0, out), np.asarray(matrix))
+    part = np.full((5, 640), np.nan, dtype=np.float32)
+    np.testing.assert_array_equal(nf4_rows(PackedNF4.of(matrix), 30, part), np.asarray(matrix)[30:35])
+
+
+def test_widened_nf4_rows_equal_the_dequantised_matrix():
+    widened_nf4_rows_equal_the_dequantised_matrix()
 
 
 AVX2_ONLY = "+avx2,+fma,+f16c,+avx,+sse4.2,+popcnt,+bmi,+bmi2,+lzcnt,+movbe,-avx512f"
@@ -122,10 +136,11 @@ def test_the_avx2_kernels_equal_the_scalar_ones_too(tmp_path):
         "import numpy as np, sys\n"
         f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
         "from ai00_like.rwkv.cpu import vector_dots\n"
-        "from test_packed_weights import run_both_kernels\n"
+        "from test_packed_weights import run_both_kernels, widened_nf4_rows_equal_the_dequantised_matrix\n"
         "assert vector_dots.vector_width() == 8\n"
+        "widened_nf4_rows_equal_the_dequantised_matrix()\n"
         "for kind in ('int8', 'nf4'):\n"
-        "    for rows in (1, 4, 5, 8, 9, 16):\n"
+        "    for rows in (1, 2, 3, 4, 5, 6, 7, 8, 9, 16):\n"
         "        (a, b), _ = run_both_kernels(kind, rows)\n"
         "        assert np.abs(a - b).max() <= 1e-5 * np.abs(b).max(), (kind, rows)\n"
         "print('same')\n")

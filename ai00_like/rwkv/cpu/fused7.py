@@ -23,7 +23,6 @@ from .jit import LAUNCH
 from .ops import GN_EPS, LN_EPS
 from .int8 import INT8_BLOCK, PackedInt8, int8_kernel
 from .nf4 import PackedNF4, nf4_kernel
-from ..quant import NF4_LEVELS
 from .skinny import kernel_view, skinny_kernel
 
 V7_DECAY_SCALE = np.float32(0.606531)  # e^-1/2, as blocks.py
@@ -282,10 +281,8 @@ def _weights_of(block):
 
 def _kernel_form(matrix):
     """What `matvec` takes for a matrix as ops.kernel_form keeps it."""
-    if isinstance(matrix, PackedInt8):
-        return matrix.q, matrix.bounds
-    if isinstance(matrix, PackedNF4):
-        return matrix.q, matrix.absmax, NF4_LEVELS
+    if isinstance(matrix, (PackedInt8, PackedNF4)):
+        return matrix.form
     if isinstance(matrix, np.ndarray):
         # Read-only: numba compiles a mapped (read-only) and a converted (writable) matrix
         # as two types, and `layer` once per combination it meets.

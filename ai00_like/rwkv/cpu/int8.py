@@ -8,12 +8,11 @@ product is then
 
 so the kernel multiplies bytes widened to float32 by x, and adds each block's `low` times
 the block's sum of x, computed once per step for all rows. The bounds stay the fp16 pairs
-quant.py stored (widened as read): an fp32 copy of them would add 6% to the model. A weight costs one byte to
-read: decoding reads a quarter of fp32's bytes. Where the CPU has AVX2 or AVX-512, the
-bytes are widened and multiplied a vector at a time in explicit vector code
-(vector_dots.py), about 1.5 times the scalar loop's speed. A decoding batch of BLOCK_ROWS
-rows or more dequantises each 4 weight rows once, into a scratch that stays in L1, and
-multiplies them with every row of x by skinny.py's register block (`block_matmul`).
+quant.py stored (widened as read): an fp32 copy of them would add 6% to the model. A
+weight costs one byte to read: decoding reads a quarter of fp32's bytes. Where the CPU
+has AVX2 or AVX-512, the bytes are widened and multiplied a vector at a time in explicit
+vector code (vector_dots.py), about 1.5 times the scalar loop's speed. A decoding batch of
+a few rows or more widens each 4 weight rows once instead (`widen_row`, batched.py).
 Prefill widens tiles of rows into fp32 for OpenBLAS (ops.linear), as for 16-bit weights.
 
 Rows whose length is not a multiple of 128 (blocks would straddle rows) stay dequantised.
@@ -28,12 +27,8 @@ import numpy as np
 from ..quant import BLOCK, QuantisedMatrix
 from . import intrinsics, vector_dots
 from .jit import LAUNCH
-from .skinny import four_rows_times_x, row_times_x
 
 INT8_BLOCK = BLOCK["int8"]
-# From this many rows of x, block_matmul: on two Zen 4 cores, 3,072 × 768 at 4 rows
-# 196 → 160 µs, at 16 rows 836 → 439 µs (where widened tiles took 582).
-BLOCK_ROWS = 4
 
 
 @dataclass(frozen=True)
@@ -52,6 +47,11 @@ class PackedInt8:
     def nbytes(self) -> int:
         return self.q.nbytes + self.bounds.nbytes
 
+    @property
+    def form(self) -> tuple[np.ndarray, np.ndarray]:
+        """What compiled code takes for this matrix (fused7.py, batched.py)."""
+        return self.q, self.bounds
+
     @classmethod
     def of(cls, m: QuantisedMatrix) -> PackedInt8 | None:
         """The kernels' form of `m`, or None where they cannot read it (no numba, NF4, rows
@@ -65,7 +65,7 @@ class PackedInt8:
 
 # Module-level kernels, compiled below where numba is (skinny.py says why not nested).
 prange = range
-widen = dot8 = dot4 = dot1 = None  # intrinsics.py's and vector_dots.py's, where numba is
+widen = dot8 = dot4 = dot3 = dot2 = dot1 = None  # intrinsics.py's and vector_dots.py's, where numba is
 
 
 def low_step(bounds, i, b):  # pragma: no cover - compiled by numba
@@ -115,55 +115,38 @@ def vector_matmul(Q, bounds, x, xsum, out):  # pragma: no cover - compiled by nu
         while j + 8 <= M:
             dot8(Q, bounds, x, xsum, i, j, out)
             j += 8
-        while j + 4 <= M:
+        if j + 4 <= M:
             dot4(Q, bounds, x, xsum, i, j, out)
             j += 4
-        while j < M:
+        if j + 3 == M:
+            dot3(Q, bounds, x, xsum, i, j, out)
+        elif j + 2 == M:
+            dot2(Q, bounds, x, xsum, i, j, out)
+        elif j + 1 == M:
             dot1(Q, bounds, x, xsum, i, j, out)
-            j += 1
 
 
-def block_matmul(Q, bounds, x, xsum, out):  # pragma: no cover - compiled by numba
-    """For a batch of many rows of x: each 4 weight rows dequantised once into a task's own
-    scratch (12 KiB at 768 inputs, in L1), then multiplied with every row of x by
-    skinny.py's register block. One launch, where widened tiles took two per 512 rows."""
-    N, K = Q.shape
-    blocks = (N + 3) // 4
-    tasks = min(blocks, 256)
-    per = (blocks + tasks - 1) // tasks
-    for task in prange(tasks):
-        W = np.empty((4, K), dtype=np.float32)
-        for block in range(task * per, min(blocks, task * per + per)):
-            n = block * 4
-            rows = min(4, N - n)
-            for r in range(rows):
-                for b in range(K // 128):
-                    lo, st = low_step(bounds, n + r, b)
-                    for k in range(b * 128, b * 128 + 128):
-                        W[r, k] = lo + st * np.float32(Q[n + r, k])
-            if rows == 4:
-                four_rows_times_x(W, 0, x, out, n)
-            else:
-                for r in range(rows):
-                    row_times_x(W, r, x, out, n + r)
+def widen_row(Q, bounds, i, W, r):  # pragma: no cover - compiled by numba
+    """W[r] = row i of the matrix as float32."""
+    K = Q.shape[1]
+    for b in range(K // 128):
+        lo, st = low_step(bounds, i, b)
+        for k in range(b * 128, b * 128 + 128):
+            W[r, k] = lo + st * np.float32(Q[i, k])
 
 
 def dequantise(Q, bounds, out):  # pragma: no cover - compiled by numba
-    N, K = Q.shape
-    for i in prange(N):
-        for b in range(K // 128):
-            lo, st = low_step(bounds, i, b)
-            for k in range(b * 128, b * 128 + 128):
-                out[i, k] = lo + st * np.float32(Q[i, k])
+    for i in prange(Q.shape[0]):
+        widen_row(Q, bounds, i, out, i)
 
 
 def int8_matmul(x: np.ndarray, w: PackedInt8) -> np.ndarray:
-    """x [M, K] · Wᵀ → [M, N] for a few rows of x (a decoding batch)."""
+    """x [M, K] · Wᵀ → [M, N] for a few rows of x, each weight read where it is stored."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     xsum = x.reshape(x.shape[0], -1, INT8_BLOCK).sum(axis=2)
     out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
     with LAUNCH:
-        (int8_block_kernel if x.shape[0] >= BLOCK_ROWS else int8_kernel)(w.q, w.bounds, x, xsum, out)
+        int8_kernel(w.q, w.bounds, x, xsum, out)
     return out
 
 
@@ -181,13 +164,13 @@ _tools = intrinsics.build()
 if _tools is not None:
     prange, widen = _tools.prange, _tools.widen
     low_step = _tools.jit(parallel=False, inline="always")(low_step)
+    widen_row = _tools.jit(parallel=False, inline="always")(widen_row)
     int8_scalar_kernel = _tools.jit(scalar_matmul)
-    int8_block_kernel = _tools.jit(block_matmul)
     dequantise = _tools.jit(dequantise)
     if (_vector := vector_dots.build()) is not None:
-        dot8, dot4, dot1 = _vector.int8(8), _vector.int8(4), _vector.int8(1)
+        dot8, dot4, dot3, dot2, dot1 = (_vector.int8(rows) for rows in (8, 4, 3, 2, 1))
         int8_kernel = _tools.jit(vector_matmul)
     else:
         int8_kernel = int8_scalar_kernel
 else:
-    int8_matmul = int8_rows = int8_kernel = int8_scalar_kernel = int8_block_kernel = None
+    int8_matmul = int8_rows = int8_kernel = int8_scalar_kernel = None

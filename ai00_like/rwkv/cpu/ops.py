@@ -11,8 +11,7 @@ import numpy as np
 
 from ..formats import as_float
 from ..quant import QuantisedMatrix
-from . import vector_dots
-from .int8 import BLOCK_ROWS as INT8_BLOCK_ROWS
+from .batched import batched_matmul
 from .int8 import PackedInt8, int8_matmul, int8_rows
 from .nf4 import PackedNF4, nf4_matmul, nf4_rows
 from .skinny import skinny_matmul, widen_rows
@@ -68,11 +67,11 @@ def linear(x: np.ndarray, weight: np.ndarray | PackedInt8 | PackedNF4) -> np.nda
 
     W is fp32, or fp16/bf16 kept at 16 bits (`keeps_16bit`), or packed Int8/NF4. A decoding
     step's rows (1 to SKINNY_ROWS) go through the unpacked kernel of skinny.py, which widens
-    16-bit weights as it reads them (int8.py's and nf4.py's for packed blocks below
-    PACKED_DIRECT_ROWS rows). Without numba, one fp32 row goes through BLAS's
+    16-bit weights as it reads them; packed blocks through int8.py's and nf4.py's below
+    PACKED_DIRECT_ROWS rows, batched.py's from there. Without numba, one fp32 row goes through BLAS's
     matrix–vector product, and a few rows through W · xᵀ, the weights as the left operand,
-    which OpenBLAS runs about twice as fast as x · Wᵀ. A prefill chunk's many rows through x · Wᵀ, which is faster there once the
-    transposed copies are counted; 16-bit and packed W are widened a tile of rows at a time
+    which OpenBLAS runs about twice as fast as x · Wᵀ. A prefill chunk's many rows go
+    through x · Wᵀ, which is faster there once the transposed copies are counted; 16-bit and packed W are widened a tile of rows at a time
     into a reused buffer for it (`_tiled_linear`).
     """
     rows = x.shape[0]
@@ -80,10 +79,9 @@ def linear(x: np.ndarray, weight: np.ndarray | PackedInt8 | PackedNF4) -> np.nda
         matmul, widen = _PACKED[type(weight)]
         if rows < PACKED_DIRECT_ROWS[type(weight)]:
             return matmul(x, weight)
-        tiles = lambda first, out: widen(weight, first, out)
-        if rows > SKINNY_ROWS:
-            return _tiled_linear(x, weight.shape, tiles, TILE_ROWS, _blas_product)
-        return _tiled_linear(x, weight.shape, tiles, DECODE_TILE_ROWS, skinny_matmul)
+        if rows <= SKINNY_ROWS:
+            return batched_matmul(x, weight)
+        return _tiled_linear(x, weight.shape, lambda first, out: widen(weight, first, out), TILE_ROWS, _blas_product)
     if weight.dtype != np.float32 and not keeps_16bit():
         weight = np.asarray(as_float(weight), dtype=np.float32)  # the model widens at load instead
     if weight.dtype != np.float32:
@@ -103,7 +101,7 @@ def linear(x: np.ndarray, weight: np.ndarray | PackedInt8 | PackedNF4) -> np.nda
 def kernel_set(rows: int) -> tuple[bool, ...]:
     """Which of `linear`'s kernels a product of `rows` rows of x runs, as the thresholds it
     reaches: the first product of each set loads its kernels from numba's cache."""
-    return tuple(rows >= threshold for threshold in (2, INT8_BLOCK_ROWS, *PACKED_DIRECT_ROWS.values(), SKINNY_ROWS + 1))
+    return tuple(rows >= threshold for threshold in (2, *PACKED_DIRECT_ROWS.values(), SKINNY_ROWS + 1))
 
 
 def keeps_16bit() -> bool:
@@ -115,17 +113,13 @@ def keeps_16bit() -> bool:
 # x · tileᵀ product written straight into its columns of the result; smaller tiles cost
 # more products (x is packed again for each), larger ones a larger buffer (768 inputs: 3 MB).
 TILE_ROWS = 1024
-# A decoding batch of this many rows or more multiplies packed weights as widened tiles of
-# DECODE_TILE_ROWS rows (they stay in L2) through the skinny kernel, where widening each
-# weight again for every few rows of x costs more. The vector kernels (vector_dots.py) widen
-# once per 8 rows, and win further (on one core, a 3072 × 768 matrix at 16 rows: NF4 tiles
-# 1,341 µs, direct 956-994; Int8 tiles 1,128-1,142, direct 1,197; at 8 rows direct wins
-# both, 472-598 against 733-1,028); the scalar ones only below 8 rows (at 16, NF4 1,275
-# direct against 637 in tiles). Int8 never takes the tiles in a decoding batch: from 4 rows
-# its kernel dequantises each 4 weight rows once into a scratch that stays in L1, in one
-# launch (int8.block_matmul), faster than either.
-PACKED_DIRECT_ROWS = {PackedInt8: SKINNY_ROWS + 1, PackedNF4: 32 if vector_dots.build() else 8}
-DECODE_TILE_ROWS = 512
+# Below this many rows of x, packed weights are multiplied where they are stored (int8.py's
+# and nf4.py's direct kernels, which widen each weight again for every 8 rows of x); from
+# it, by batched.py's kernel, which widens each 4 weight rows once into an L1 scratch. On
+# two Zen 4 cores, 3,072 × 768: at 4 rows direct 128 / 121-166 µs (Int8 / NF4) against
+# 167 / 165, at 5 rows 233 / 192 against 198 / 195, at 16 rows 789 / 744 against 451 / 456.
+# Without the vector kernels (no AVX2) the direct ones are slower still.
+PACKED_DIRECT_ROWS = {PackedInt8: 5, PackedNF4: 5}
 _tiles = threading.local()
 
 

@@ -12,6 +12,10 @@ the CPU can do, each for its own reason:
 * Int8: a weight is low + step · q for a byte q; the bytes are widened to floats a vector
   at a time (`vpmovzxbd`, `vcvtdq2ps`) and multiplied with x in the same registers.
 
+`nf4_row` widens a row of NF4 weights to fp32 the same way, 16 or 8 codes a permute, for
+the kernels that multiply widened rows (nf4.py: a decoding batch's block kernel, prefill's
+tiles).
+
 `nf4(rows)` and `int8(rows)` give intrinsics, callable from numba-compiled code, that
 compute for weight row i and `rows` consecutive rows j… of x
 
@@ -40,6 +44,7 @@ INT8_BLOCK = 128  # weights of an Int8 block, a byte each
 class Kernels(NamedTuple):
     nf4: Any  # rows → intrinsic(q, absmax, levels, x_even, x_odd, i, j, out)
     int8: Any  # rows → intrinsic(q, bounds, x, xsum, i, j, out)
+    nf4_row: Any  # intrinsic(q, absmax, levels, i, out, r): out[r] = row i widened to fp32
 
 
 def vector_width() -> int:
@@ -171,6 +176,40 @@ def build():
 
         return dot
 
+    def nf4_row_codegen(context, builder, sig, args):
+        q_t, absmax_t, levels_t, _, out_t, _ = sig.args
+        q, absmax, levels, i, out, r = args
+        q_row, (_, half) = row_pointer(context, builder, q_t, q, i)
+        scales, _ = row_pointer(context, builder, absmax_t, absmax, i)
+        target, _ = row_pointer(context, builder, out_t, out, r)
+        lookup = lookup_with(builder, context.make_array(levels_t)(context, builder, levels).data)
+        nibble, four = splat(15, ivec), splat(4, ivec)
+        # Weights 2t and 2t + 1 (byte t's low and high codes) side by side again.
+        interleave = ir.Constant(ir.VectorType(i32, 2 * width), [v for t in range(width) for v in (t, width + t)])
+        wide = ir.VectorType(f32, 2 * width)
+        blocks = builder.udiv(half, ir.Constant(i64, NF4_BLOCK_BYTES))
+        with cgutils.for_range(builder, blocks) as loop:
+            start = builder.mul(loop.index, ir.Constant(i64, NF4_BLOCK_BYTES))
+            scale = broadcast(builder, widen_half(builder, scales, loop.index))
+            for part in range(0, NF4_BLOCK_BYTES, width):
+                at = builder.add(start, ir.Constant(i64, part))
+                codes = builder.zext(load_vector(builder, q_row, at, bvec, 1), ivec)
+                w_even = builder.fmul(lookup(builder.and_(codes, nibble)), scale)
+                w_odd = builder.fmul(lookup(builder.lshr(codes, four)), scale)
+                pairs = builder.shuffle_vector(w_even, w_odd, interleave)
+                address = builder.gep(target, [builder.mul(at, ir.Constant(i64, 2))])
+                builder.store(pairs, builder.bitcast(address, wide.as_pointer()), align=4)
+        return context.get_dummy_value()
+
+    @intrinsic
+    def nf4_row(typingctx, q, absmax, levels, i, out, r):
+        arrays = (q, absmax, levels, out)
+        if any(not isinstance(a, types.Array) or a.layout != "C" for a in arrays):
+            return None
+        if (q.dtype, absmax.dtype, levels.dtype, out.dtype) != (types.uint8, types.uint16, types.float32, types.float32):
+            return None
+        return types.void(q, absmax, levels, types.int64, out, types.int64), nf4_row_codegen
+
     def int8_dot(rows: int):
         def codegen(context, builder, sig, args):
             q_t, bounds_t, x_t, xsum_t, _, _, out_t = sig.args
@@ -214,4 +253,4 @@ def build():
 
         return dot
 
-    return Kernels(functools.cache(nf4_dot), functools.cache(int8_dot))
+    return Kernels(functools.cache(nf4_dot), functools.cache(int8_dot), nf4_row)
