@@ -23,7 +23,7 @@ from .jit import LAUNCH
 from .ops import GN_EPS, LN_EPS
 from .int8 import INT8_BLOCK, PackedInt8, int8_kernel
 from .nf4 import PackedNF4, nf4_kernel
-from .skinny import kernel_view, skinny_kernel
+from .skinny import kernel_view, skinny_kernel, three_products
 
 V7_DECAY_SCALE = np.float32(0.606531)  # e^-1/2, as blocks.py
 prange = range  # numba's where it compiles the kernels below
@@ -32,6 +32,11 @@ prefetch_array = None  # intrinsics.py's, where numba is
 
 def matvec(W, x, out):
     """out = W x inside compiled code, for W in any form `linear` multiplies (see below)."""
+    raise NotImplementedError("only callable from compiled code")
+
+
+def matvec3(W1, x1, out1, W2, x2, out2, W3, x3, out3):
+    """Three `matvec`s, in one launch where the three matrices are arrays."""
     raise NotImplementedError("only callable from compiled code")
 
 
@@ -101,25 +106,18 @@ def layer(x, att_shift, S, ffn_shift, v_first, first,  # pragma: no cover - comp
             xs[q, i] = z[i] + (p - z[i]) * mix[q, i]
         att_shift[i] = z[i]
     r, k, v = np.empty(C, dtype=np.float32), np.empty(C, dtype=np.float32), np.empty(C, dtype=np.float32)
-    matvec(Wr, xs[0], r)
-    matvec(Wk, xs[2], k)
-    matvec(Wv, xs[3], v)
+    matvec3(Wr, xs[0], r, Wk, xs[2], k, Wv, xs[3], v)
     # The LoRAs: decay, in-context learning rate, gate, value residual.
-    low = np.empty(rows_of(w1), dtype=np.float32)
-    matvec(w1, xs[1], low)
-    low = np.tanh(low)
-    log_decay = np.empty(C, dtype=np.float32)
-    matvec(w2, low, log_decay)
-    low = np.empty(rows_of(a1), dtype=np.float32)
-    matvec(a1, xs[4], low)
-    alpha = np.empty(C, dtype=np.float32)
-    matvec(a2, low, alpha)
-    low = np.empty(rows_of(g1), dtype=np.float32)
-    matvec(g1, xs[5], low)
-    for i in range(low.shape[0]):
-        low[i] = sigmoid(low[i])
-    g = np.empty(C, dtype=np.float32)
-    matvec(g2, low, g)
+    low_w = np.empty(rows_of(w1), dtype=np.float32)
+    low_a = np.empty(rows_of(a1), dtype=np.float32)
+    low_g = np.empty(rows_of(g1), dtype=np.float32)
+    matvec3(w1, xs[1], low_w, a1, xs[4], low_a, g1, xs[5], low_g)
+    for i in range(low_w.shape[0]):
+        low_w[i] = np.tanh(low_w[i])
+    for i in range(low_g.shape[0]):
+        low_g[i] = sigmoid(low_g[i])
+    log_decay, alpha, g = np.empty(C, dtype=np.float32), np.empty(C, dtype=np.float32), np.empty(C, dtype=np.float32)
+    matvec3(w2, low_w, log_decay, a2, low_a, alpha, g2, low_g, g)
     gate = np.empty(C, dtype=np.float32)
     if not first:
         low = np.empty(rows_of(v1), dtype=np.float32)
@@ -217,18 +215,33 @@ if _tools is not None:
             return product
         return None
 
+    def _matvec3(W1, x1, out1, W2, x2, out2, W3, x3, out3):  # pragma: no cover - compiled by numba
+        if all(isinstance(W, numba.types.Array) for W in (W1, W2, W3)):
+            def together(W1, x1, out1, W2, x2, out2, W3, x3, out3):
+                three_products(W1, x1.reshape(1, x1.shape[0]), out1.reshape(1, out1.shape[0]),
+                               W2, x2.reshape(1, x2.shape[0]), out2.reshape(1, out2.shape[0]),
+                               W3, x3.reshape(1, x3.shape[0]), out3.reshape(1, out3.shape[0]))
+            return together
+
+        def apart(W1, x1, out1, W2, x2, out2, W3, x3, out3):  # a packed form among them
+            matvec(W1, x1, out1)
+            matvec(W2, x2, out2)
+            matvec(W3, x3, out3)
+        return apart
+
     def _rows_of(W):  # pragma: no cover - compiled by numba
         if isinstance(W, numba.types.Array):
             return lambda W: W.shape[0]
         return lambda W: W[0].shape[0]  # the packed forms' bytes, a row per output
 
     overload(matvec)(_matvec)
+    overload(matvec3)(_matvec3)
     overload(rows_of)(_rows_of)
     prange, prefetch_array = _tools.prange, _tools.prefetch_array
     layer_norm = _tools.jit(parallel=False, inline="always")(layer_norm)
     sigmoid = _tools.jit(parallel=False, inline="always")(sigmoid)
     wkv = _tools.jit(wkv)
-    _layer = _tools.jit(layer)
+    _layer = _tools.jit(parallel=False)(layer)  # its products and WKV are the parallel kernels it calls
 else:
     _layer = None
 
