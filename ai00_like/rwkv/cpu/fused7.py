@@ -11,6 +11,9 @@ element-wise work runs in between on one core.
 
 Each product goes to the kernel of its matrix's form (`matvec`): skinny.py's for fp32 and
 16-bit weights, int8.py's and nf4.py's for packed blocks, called from inside the layer.
+Products that need nothing from each other share a launch where their matrices are
+arrays (`matvec3`: r, k and v; the LoRAs' first products; their second ones), since
+starting and ending a launch costs microseconds: 8 launches a layer instead of 14.
 Without numba there is no fused layer (`OneRowLayers.of` gives None).
 """
 
