@@ -6,8 +6,11 @@ prefill tokens/s of a 512-token prompt, decode tokens/s at batch 1, 4 and 16, an
 process's peak memory. Ours also runs on the same weights saved as a bf16 `.pth` (as RWKV
 models are released) at the precisions of `--precisions` (default bf16 and fp16, kept
 16-bit in memory, and Int8 and NF4 of every layer, with the head 16-bit and with it Int8),
-each against our fp32 run. Prints a table, then one JSON line of
-results and ratios.
+each against our fp32 run. Every engine runs `--rounds` times (default 2), all of them
+in turn each round, and keeps its best figures (and its highest peak memory): the shared
+machine's speed moves in steps within minutes, so one pass can compare an engine's slow
+spell with another's fast one. Prints a table, then one JSON line of results and ratios
+(each engine's figures per round too).
 
 Each library picks its own CPU kernels, as it does on a user's machine: numpy's OpenBLAS
 by its CPU detection, torch's MKL by its own. An environment that pins OpenBLAS to an
@@ -143,6 +146,18 @@ def run(code: str, path: Path, env_extra: dict, batches, blas_coretype: str | No
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def best_of_passes(figures: list[dict | None]) -> dict | None:
+    """One engine's figures over the rounds: its fastest of each, its highest peak memory."""
+    if figures[0] is None:
+        return None
+    best = dict(figures[-1])
+    best["prefill_tps"] = max(f["prefill_tps"] for f in figures)
+    best["decode_tps"] = {b: max(f["decode_tps"][b] for f in figures) for b in figures[0]["decode_tps"]}
+    best["peak_mb"] = max(f["peak_mb"] for f in figures)
+    best["rounds"] = [{"prefill_tps": f["prefill_tps"], "decode_tps": f["decode_tps"]} for f in figures]
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a 4-layer D256 model instead of the 0.1B shape")
@@ -153,13 +168,30 @@ def main() -> None:
                              "'' for none)")
     parser.add_argument("--llama-cpp", action="store_true",
                         help="also llama.cpp on the same weights as f16/q8_0/q4_0 GGUF (builds it once)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="run every engine this many times, one after another in turn, and keep each one's "
+                             "best figures (default 2): the shared machine's speed moves in steps within "
+                             "minutes, and a single pass can catch one engine in a slow spell and the next in a fast one")
     args = parser.parse_args()
     shape = "quick" if args.quick else "0.1B"
     path, weight_bytes = checkpoint(shape)
-    ours = run(OURS, path, {}, BATCHES)
     pinned_coretype = os.environ.get("OPENBLAS_CORETYPE")
-    pinned = run(OURS, path, {}, BATCHES, pinned_coretype) if pinned_coretype else None
-    ref = None if args.no_reference else run(REFERENCE, path, {"RWKV_V7_ON": "1", "RWKV_JIT_ON": "1"}, (1,))
+    precisions = list(filter(None, args.precisions.split(",")))
+    passes = []
+    for _ in range(max(1, args.rounds)):
+        passes.append({
+            "ours": run(OURS, path, {}, BATCHES),
+            "pinned": run(OURS, path, {}, BATCHES, pinned_coretype) if pinned_coretype else None,
+            "ref": None if args.no_reference else run(REFERENCE, path, {"RWKV_V7_ON": "1", "RWKV_JIT_ON": "1"}, (1,)),
+            **{p: run(OURS, bf16_checkpoint(shape), {"BENCH_PRECISION": p}, BATCHES) for p in precisions},
+        })
+        if args.llama_cpp:
+            import llama_cpp as llama_cpp_bench  # bench/llama_cpp.py, not the package
+
+            passes[-1].update({f"llama {t}": figures for t, figures in
+                               llama_cpp_bench.measure_all(path, PROMPT, DECODE_STEPS, BATCHES).items()})
+    best = {name: best_of_passes([p[name] for p in passes]) for name in passes[0]}
+    ours, pinned, ref = best["ours"], best["pinned"], best["ref"]
     weights_mb = weight_bytes / 2**20
 
     print(f"v7 {shape}, fp32 weights {weights_mb:.0f} MiB, {THREADS} threads; our BLAS: {ours['blas']}")
@@ -174,8 +206,7 @@ def main() -> None:
     for b in BATCHES:
         row(f"decode batch {b} tok/s", ours["decode_tps"][str(b)], ref_b1)
     row("peak memory MiB", ours["peak_mb"], ref and ref["peak_mb"])
-    lower = {p: run(OURS, bf16_checkpoint(shape), {"BENCH_PRECISION": p}, BATCHES)
-             for p in filter(None, args.precisions.split(","))}
+    lower = {p: best[p] for p in precisions}
 
     def against_fp32(title: str, figures: dict) -> None:
         print(title)
@@ -186,11 +217,8 @@ def main() -> None:
 
     for p, figures in lower.items():
         against_fp32(f"ours {p} from the bf16 .pth, against our fp32 ({figures['blas']}):", figures)
-    llama = None
-    if args.llama_cpp:
-        import llama_cpp as llama_cpp_bench  # bench/llama_cpp.py, not the package
-
-        llama = llama_cpp_bench.measure_all(path, PROMPT, DECODE_STEPS, BATCHES)
+    llama = {name.split(" ", 1)[1]: figures for name, figures in best.items() if name.startswith("llama ")}
+    if llama:
         for t, figures in llama.items():
             against_fp32(f"llama.cpp {t} GGUF of the same weights ({figures['file_mb']:.0f} MiB), against our fp32:",
                          figures)

@@ -92,20 +92,24 @@ class LayerWeights:
     """One layer's tensors: vectors and small matrices as float32, the projections in
     `precision` (a memory-mapped file is used in place where it is stored so)."""
 
-    def __init__(self, tensors: Mapping[str, np.ndarray], layer: int, precision: str = "fp32"):
+    def __init__(self, tensors: Mapping[str, np.ndarray], layer: int, precision: str = "fp32", place=None):
+        """`place(matrix)` gives where a kept matrix is to live (the CPU's huge-page arena,
+        cpu/arena.py); by default where `stored` leaves it."""
         self.tensors, self.prefix, self.layer, self.precision = tensors, f"blocks.{layer}.", layer, precision
+        self.place = place or (lambda matrix: matrix)
 
     def matrix(self, name: str) -> np.ndarray:
         return as_float32(self.tensors[self.prefix + name])
 
     def projection(self, name: str) -> np.ndarray:
         """An att/ffn projection, kept in the model's precision (or as its quantised blocks)."""
-        return stored(self.tensors[self.prefix + name], self.precision, self.prefix + name)
+        return self.place(stored(self.tensors[self.prefix + name], self.precision, self.prefix + name))
 
     def low_rank(self, name: str) -> np.ndarray:
         """A LoRA factor (stored [in, out]) as [out, in] in the model's precision: the form
         `linear` reads, so a decode step streams it as it streams the projections."""
-        return stored(np.ascontiguousarray(self.tensors[self.prefix + name].T), self.precision, self.prefix + name)
+        return self.place(stored(np.ascontiguousarray(self.tensors[self.prefix + name].T), self.precision,
+                                 self.prefix + name))
 
     def vector(self, name: str) -> np.ndarray:
         return self.matrix(name).reshape(-1)

@@ -15,6 +15,7 @@ from ..batch import BatchPlan, StepInput, StepLayout
 from ..info import ModelInfo
 from ..state import State, StatePool
 from ..weights import as_float32, embedding_rows, file_precision, stored
+from .arena import Arena
 from .blocks import Block, Context
 from .fused7 import OneRowLayers
 from .jit import in_passing_thread, release_compiler_pages
@@ -45,15 +46,19 @@ class CpuModel:
         # the embedding: the (possibly memory-mapped) embedding is never duplicated.
         self.emb = tensors["emb.weight"]
         self.ln0 = (vec("blocks.0.ln0.weight"), vec("blocks.0.ln0.bias"))
+        # The matrices streamed every token go to huge pages where the system has them.
+        arena = Arena.for_tensors(tensors, 4 if precision == "fp32" else 2)
+        place = arena.hold if arena is not None else None
         self.blocks = []
         for i in range(info.n_layer):
-            self.blocks.append(Block(tensors, info, i, precision))
+            self.blocks.append(Block(tensors, info, i, precision, place))
             if progress:
                 progress(i + 1, info.n_layer + 1)
         # A step of one row (decoding batch 1) runs each v7 layer as one compiled call.
         self.one_row = OneRowLayers.of(self.blocks)
         self.ln_out = (vec("ln_out.weight"), vec("ln_out.bias"))
-        self.head = kernel_form(stored(tensors["head.weight"], precision, "head.weight", source))
+        head = stored(tensors["head.weight"], precision, "head.weight", source)
+        self.head = kernel_form(place(head) if place else head)
         if progress:
             progress(info.n_layer + 1, info.n_layer + 1)
         self.pool = StatePool(info, max_batch, initial_state)

@@ -54,6 +54,11 @@ def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
     return wide.view(np.float32)
 
 
+def mapped_from_file(arr: np.ndarray) -> bool:
+    """Whether `arr` views a model file's mapping (map_file's)."""
+    return _mapping_of(arr) is not None
+
+
 def _mapping_of(arr: np.ndarray) -> tuple[mmap.mmap, int] | None:
     """The file mapping an array views (map_file's), and where in it the array starts."""
     base = arr
