@@ -9,11 +9,11 @@ import pytest
 
 from ai00_like.rwkv import load_model
 from ai00_like.rwkv.cpu import arena
-from ai00_like.rwkv.formats import mapped_from_file, release_pages
+from ai00_like.rwkv.formats import map_file, mapped_from_file, release_pages
 from ai00_like.rwkv.formats.pth import write_pth
 from ai00_like.rwkv.formats.safetensors import write_safetensors
 from ai00_like.rwkv.synthetic import make_checkpoint
-from memory_helpers import HAS_SMAPS, resident_bytes_of
+from memory_helpers import HAS_SMAPS, mapped_bytes, resident_bytes_of
 
 pytestmark = pytest.mark.skipif(not arena.huge_pages_offered() or not HAS_SMAPS,
                                 reason="needs Linux with transparent huge pages")
@@ -36,8 +36,9 @@ def _advised_for_huge_pages(array: np.ndarray) -> bool:
 
 
 def _matrices(model):
+    """Matrices each step streams as the file holds them (a LoRA factor is transposed at load)."""
     tm, cm = model.blocks[0].time_mix, model.blocks[0].channel_mix
-    return [tm.W["receptance"], tm.W["output"], cm.W["key"], tm.lora["w1"], model.head]
+    return [tm.W["receptance"], tm.W["output"], cm.W["key"], model.blocks[1].channel_mix.W["value"], model.head]
 
 
 @pytest.mark.parametrize("form", ["bf16.pth", "fp16.st", "fp32.pth"])
@@ -59,21 +60,25 @@ def test_streamed_matrices_move_to_huge_pages_with_the_same_numbers(tmp_path, fo
     np.testing.assert_array_equal(in_place.forward(PROMPT)[0], logits)
 
 
-def test_a_matrix_already_in_memory_stays_where_it_is():
-    """A LoRA merged at load is in the process's memory already: a copy would hold it twice."""
-    merged = np.ones((64, 128), dtype=np.float32)
-    room = arena.Arena(1 << 20, in_memory=[merged])
-    assert room.hold(merged) is merged
-    assert room.hold(merged[:32]) is not None and room.hold(merged[:32]).base is merged
-    fresh = np.full((64, 128), 3.0, dtype=np.float32)  # a conversion's result, owned by nothing else
-    held = room.hold(fresh)
-    assert held is not fresh and np.array_equal(held, fresh)
+def test_a_matrix_converted_at_load_stays_in_numpys_memory(tmp_path):
+    """Converted, it is in the process's own memory already: a copy would only cost time."""
+    path = tmp_path / "model.pth"
+    write_pth(make_checkpoint("7", **SHAPE), path, "bf16")
+    model = load_model(path, device="cpu", precision="fp16")
+    receptance = model.blocks[0].time_mix.W["receptance"]
+    assert receptance.dtype == np.float16 and not mapped_from_file(receptance)
+    assert receptance.flags.owndata  # numpy's own array, not a view into the arena
 
 
-def test_dropping_a_files_pages_never_touches_the_arena():
+def test_dropping_a_files_pages_never_touches_the_arena(tmp_path):
     """release_pages drops a file mapping's pages (they read back from the file); the arena's
-    are the only copy."""
+    are the only copy. Copied a part at a time, with each part's file pages dropped."""
+    path = tmp_path / "raw"
+    np.arange(512 * 1024, dtype=np.float32).tofile(path)
+    mapped = np.frombuffer(map_file(path), dtype=np.float32).reshape(512, 1024)
     room = arena.Arena(8 << 20)
-    held = room.hold(np.arange(512 * 1024, dtype=np.float32).reshape(512, 1024))
+    held = room.hold(mapped)
+    assert mapped_bytes(mapped) == 0  # the file's pages went as they were copied
+    assert held is not mapped and not mapped_from_file(held)
     release_pages(held)
-    assert held[511, 1023] == 512 * 1024 - 1 and held[0, 5] == 5
+    np.testing.assert_array_equal(held.reshape(-1), np.arange(512 * 1024, dtype=np.float32))

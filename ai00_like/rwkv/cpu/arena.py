@@ -6,11 +6,13 @@ the streams: in 2 MiB pages (Linux's transparent huge pages, asked for with madv
 same model decoded 117–125 tokens/s at batch 1 against 102 from the mapping, in the same
 process (small pages of anonymous memory did no better than the mapping).
 
-So where the kernel offers huge pages, the CPU backend copies each matrix it keeps (the
-projections, the LoRA factors, the head) into one anonymous mapping as the layers are
-built, and drops the file's pages of each as it goes: the model is never held twice, and
-the file stays in the page cache for the next load. Where it does not (other systems, or
-huge pages turned off) the matrices stay where they are, mapped in place.
+So where the kernel offers huge pages, the CPU backend copies each matrix it streams
+straight from the file (the projections and the head, kept in the file's precision) into
+one anonymous mapping as the layers are built, a few MiB at a time, dropping the file's
+pages of each part as it goes: the model is never held twice, and the file stays in the
+page cache for the next load. Matrices converted or quantised at load are in numpy's
+memory already, which asks for huge pages itself for every array of 4 MiB or more. Where
+huge pages are not offered (other systems, or turned off) the matrices stay mapped.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ..formats import mapped_from_file, release_pages
 
 HUGE_PAGE = 2 << 20
 ALIGN = 64  # each matrix starts on a cache line
+COPY_BYTES = 4 << 20  # copied at a time: the file's pages and the copy overlap by this much
 THP_SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 
@@ -40,11 +43,9 @@ def huge_pages_offered() -> bool:
 
 class Arena:
     """Room for matrices up to `capacity` bytes, taken in order by `hold`. Untouched room
-    costs nothing: the mapping is reserved, and memory is given as it is written.
-    `in_memory` are arrays already in the process's own memory (a LoRA merged at load): a
-    matrix of theirs stays where it is, as a copy would hold it twice."""
+    costs nothing: the mapping is reserved, and memory is given as it is written."""
 
-    def __init__(self, capacity: int, in_memory=()):
+    def __init__(self, capacity: int):
         self._map = mmap.mmap(-1, capacity + 2 * HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self._map.madvise(mmap.MADV_HUGEPAGE)
         # Seen through ctypes, not as an mmap: formats.release_pages drops the pages of a
@@ -53,31 +54,31 @@ class Arena:
         start = -raw.ctypes.data % HUGE_PAGE  # the first whole huge page
         self._room = raw[start : start + capacity]
         self._used = 0
-        self._in_memory = {id(_owner(a)) for a in in_memory}
 
     @staticmethod
-    def for_tensors(tensors, itemsize: int) -> Arena | None:
-        """An arena for the matrices of `tensors` kept at `itemsize` bytes a weight (or at
-        their own, if larger), or None where huge pages are not to be had."""
+    def for_tensors(tensors) -> Arena | None:
+        """An arena for the file-mapped matrices of `tensors`, or None where huge pages are
+        not to be had."""
         if not huge_pages_offered():
             return None
-        arrays = [t for t in tensors.values() if isinstance(t, np.ndarray)]
-        matrices = [t for name, t in tensors.items()
-                    if isinstance(t, np.ndarray) and t.ndim == 2 and name != "emb.weight"]
-        capacity = sum(_aligned(t.size * max(t.itemsize, itemsize)) for t in matrices)
-        in_memory = [a for a in arrays if not mapped_from_file(a)]
-        return Arena(capacity, in_memory) if capacity else None
+        capacity = sum(_aligned(t.nbytes) for name, t in tensors.items()
+                       if isinstance(t, np.ndarray) and t.ndim == 2 and name != "emb.weight" and mapped_from_file(t))
+        return Arena(capacity) if capacity else None
 
     def hold(self, matrix):
-        """`matrix` copied into the arena (read-only, as a mapped one is) with its file pages
-        dropped; anything else, a matrix in memory already, or one that does not fit, as it is."""
-        if not isinstance(matrix, np.ndarray) or matrix.ndim != 2 or self._used + matrix.nbytes > len(self._room):
-            return matrix
-        if not mapped_from_file(matrix) and id(_owner(matrix)) in self._in_memory:
+        """A matrix viewing the file's mapping, copied into the arena (read-only, as the
+        mapping is) a few MiB at a time, each part's file pages dropped once copied;
+        anything else as it is. A matrix converted at load is in the process's own memory
+        already, where numpy asks for huge pages for every large array."""
+        if not isinstance(matrix, np.ndarray) or matrix.ndim != 2 or not mapped_from_file(matrix) \
+                or not matrix.flags.c_contiguous or self._used + matrix.nbytes > len(self._room):
             return matrix
         held = self._room[self._used : self._used + matrix.nbytes].view(matrix.dtype).reshape(matrix.shape)
-        np.copyto(held, matrix)
-        release_pages(matrix)
+        rows = max(1, COPY_BYTES // max(1, matrix.strides[0]))
+        for first in range(0, len(matrix), rows):
+            np.copyto(held[first : first + rows], matrix[first : first + rows])
+            release_pages(matrix[first : first + rows])
+        release_pages(matrix)  # the pages the parts shared at their ends
         self._used += _aligned(matrix.nbytes)
         held.flags.writeable = False
         return held
@@ -87,8 +88,3 @@ def _aligned(nbytes: int) -> int:
     return -(-nbytes // ALIGN) * ALIGN
 
 
-def _owner(array: np.ndarray) -> np.ndarray:
-    """The array that owns the memory `array` views."""
-    while isinstance(array.base, np.ndarray):
-        array = array.base
-    return array

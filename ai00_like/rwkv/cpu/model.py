@@ -47,7 +47,7 @@ class CpuModel:
         self.emb = tensors["emb.weight"]
         self.ln0 = (vec("blocks.0.ln0.weight"), vec("blocks.0.ln0.bias"))
         # The matrices streamed every token go to huge pages where the system has them.
-        arena = Arena.for_tensors(tensors, 4 if precision == "fp32" else 2)
+        arena = Arena.for_tensors(tensors)
         place = arena.hold if arena is not None else None
         self.blocks = []
         for i in range(info.n_layer):
