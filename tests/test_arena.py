@@ -60,14 +60,22 @@ def test_streamed_matrices_move_to_huge_pages_with_the_same_numbers(tmp_path, fo
     np.testing.assert_array_equal(in_place.forward(PROMPT)[0], logits)
 
 
-def test_a_matrix_converted_at_load_stays_in_numpys_memory(tmp_path):
-    """Converted, it is in the process's own memory already: a copy would only cost time."""
+def test_a_matrix_converted_at_load_is_written_into_huge_pages(tmp_path, monkeypatch):
+    """A bf16 file kept as fp16 is converted straight into the arena, tensor by tensor (no
+    second copy of a converted matrix), to the numbers a conversion into numpy's memory gives."""
     path = tmp_path / "model.pth"
     write_pth(make_checkpoint("7", **SHAPE), path, "bf16")
     model = load_model(path, device="cpu", precision="fp16")
-    receptance = model.blocks[0].time_mix.W["receptance"]
-    assert receptance.dtype == np.float16 and not mapped_from_file(receptance)
-    assert receptance.flags.owndata  # numpy's own array, not a view into the arena
+    for matrix in _matrices(model) + [model.blocks[0].time_mix.lora["w1"]]:
+        assert matrix.dtype == np.float16 and not mapped_from_file(matrix)
+        assert not matrix.flags.owndata and _advised_for_huge_pages(matrix)
+    logits, _ = model.forward(PROMPT)
+
+    monkeypatch.setattr(arena, "huge_pages_offered", lambda: False)
+    elsewhere = load_model(path, device="cpu", precision="fp16")
+    assert elsewhere.head.flags.owndata
+    np.testing.assert_array_equal(elsewhere.head, model.head)
+    np.testing.assert_array_equal(elsewhere.forward(PROMPT)[0], logits)
 
 
 def test_dropping_a_files_pages_never_touches_the_arena(tmp_path):

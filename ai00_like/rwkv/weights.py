@@ -57,19 +57,22 @@ def file_precision(tensors: Mapping[str, np.ndarray]) -> str:
     return precision_of(head if isinstance(head, np.ndarray) else tensors["emb.weight"])
 
 
-def stored(weights, precision: str, name: str = "", source: str = "the model") -> np.ndarray:
+def stored(weights, precision: str, name: str = "", source: str = "the model", arena=None) -> np.ndarray:
     """A matrix as C-contiguous `precision` ("fp32", "fp16" or "bf16"): a view of the file
     when it is stored so, else converted once with its mapped pages dropped, tensor by
-    tensor, so a load never holds two copies of the model. A quantised matrix stays as it
-    is: each backend decides what form it multiplies."""
+    tensor, so a load never holds two copies of the model. With an `arena` (cpu/arena.py)
+    the matrix ends up in it: moved there from the file, or converted straight into it to
+    16 bits. A quantised matrix stays as it is: each backend decides what form it
+    multiplies."""
     if not isinstance(weights, np.ndarray):
         return weights
     if precision == "fp32":
-        return as_float32(weights)
-    converted = cast_for_storage(weights, precision, name, source)
-    if converted is not weights and converted.base is not weights:
-        release_pages(weights)
-    return converted
+        converted = as_float32(weights)
+    else:
+        converted = cast_for_storage(weights, precision, name, source, arena.room if arena is not None else None)
+        if converted is not weights and converted.base is not weights:
+            release_pages(weights)
+    return arena.hold(converted) if arena is not None else converted
 
 
 def embedding_rows(emb: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -92,24 +95,24 @@ class LayerWeights:
     """One layer's tensors: vectors and small matrices as float32, the projections in
     `precision` (a memory-mapped file is used in place where it is stored so)."""
 
-    def __init__(self, tensors: Mapping[str, np.ndarray], layer: int, precision: str = "fp32", place=None):
-        """`place(matrix)` gives where a kept matrix is to live (the CPU's huge-page arena,
-        cpu/arena.py); by default where `stored` leaves it."""
+    def __init__(self, tensors: Mapping[str, np.ndarray], layer: int, precision: str = "fp32", arena=None):
+        """`arena`: where the kept matrices are to live (the CPU's huge pages, cpu/arena.py);
+        by default where `stored` leaves them."""
         self.tensors, self.prefix, self.layer, self.precision = tensors, f"blocks.{layer}.", layer, precision
-        self.place = place or (lambda matrix: matrix)
+        self.arena = arena
 
     def matrix(self, name: str) -> np.ndarray:
         return as_float32(self.tensors[self.prefix + name])
 
     def projection(self, name: str) -> np.ndarray:
         """An att/ffn projection, kept in the model's precision (or as its quantised blocks)."""
-        return self.place(stored(self.tensors[self.prefix + name], self.precision, self.prefix + name))
+        return stored(self.tensors[self.prefix + name], self.precision, self.prefix + name, arena=self.arena)
 
     def low_rank(self, name: str) -> np.ndarray:
         """A LoRA factor (stored [in, out]) as [out, in] in the model's precision: the form
         `linear` reads, so a decode step streams it as it streams the projections."""
-        return self.place(stored(np.ascontiguousarray(self.tensors[self.prefix + name].T), self.precision,
-                                 self.prefix + name))
+        return stored(np.ascontiguousarray(self.tensors[self.prefix + name].T), self.precision, self.prefix + name,
+                      arena=self.arena)
 
     def vector(self, name: str) -> np.ndarray:
         return self.matrix(name).reshape(-1)

@@ -227,8 +227,8 @@ class Block:
     """One layer: x += time_mix(ln1(x)); x += channel_mix(ln2(x)), each mix fed the previous
     token's normalised row too (the token shift)."""
 
-    def __init__(self, tensors, info, layer: int, precision: str = "fp32", place=None):
-        w = LayerWeights(tensors, layer, precision, place)
+    def __init__(self, tensors, info, layer: int, precision: str = "fp32", arena=None):
+        w = LayerWeights(tensors, layer, precision, arena)
         self.ln1 = (w.vector("ln1.weight"), w.vector("ln1.bias"))
         self.ln2 = (w.vector("ln2.weight"), w.vector("ln2.bias"))
         time_mix, channel_mix = MIXES[info.version[0]]

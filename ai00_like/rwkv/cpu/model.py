@@ -47,18 +47,16 @@ class CpuModel:
         self.emb = tensors["emb.weight"]
         self.ln0 = (vec("blocks.0.ln0.weight"), vec("blocks.0.ln0.bias"))
         # The matrices streamed every token go to huge pages where the system has them.
-        arena = Arena.for_tensors(tensors)
-        place = arena.hold if arena is not None else None
+        arena = Arena.for_tensors(tensors, precision)
         self.blocks = []
         for i in range(info.n_layer):
-            self.blocks.append(Block(tensors, info, i, precision, place))
+            self.blocks.append(Block(tensors, info, i, precision, arena))
             if progress:
                 progress(i + 1, info.n_layer + 1)
         # A step of one row (decoding batch 1) runs each v7 layer as one compiled call.
         self.one_row = OneRowLayers.of(self.blocks)
         self.ln_out = (vec("ln_out.weight"), vec("ln_out.bias"))
-        head = stored(tensors["head.weight"], precision, "head.weight", source)
-        self.head = kernel_form(place(head) if place else head)
+        self.head = kernel_form(stored(tensors["head.weight"], precision, "head.weight", source, arena))
         if progress:
             progress(info.n_layer + 1, info.n_layer + 1)
         self.pool = StatePool(info, max_batch, initial_state)

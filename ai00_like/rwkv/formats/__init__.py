@@ -131,8 +131,10 @@ def as_float(arr: np.ndarray) -> np.ndarray:
     return bf16_to_f32(arr) if is_bf16(arr) else arr
 
 
-def cast_for_storage(arr: np.ndarray, dtype: str, name: str, path: str | Path) -> np.ndarray:
+def cast_for_storage(arr: np.ndarray, dtype: str, name: str, path: str | Path, room=None) -> np.ndarray:
     """A C-contiguous copy (or view) of `arr` in the storage dtype, ready to be written.
+    A copy goes where `room(shape, dtype)` says if it gives an array (cpu/arena.py), else
+    into a new one.
 
     bf16 → bf16 copies the bit patterns, so converting an official bf16 checkpoint to
     bf16 safetensors is exact and never widens to fp32. Other conversions go a block at a
@@ -145,7 +147,9 @@ def cast_for_storage(arr: np.ndarray, dtype: str, name: str, path: str | Path) -
     if arr.dtype == target:
         return np.ascontiguousarray(arr)
     source = np.ascontiguousarray(arr).reshape(-1)  # a view of a mapped tensor
-    out = np.empty(arr.shape, dtype=target)
+    out = room(arr.shape, target) if room is not None else None
+    if out is None:
+        out = np.empty(arr.shape, dtype=target)
     flat = out.reshape(-1)
     for start in range(0, source.size, _CAST_BLOCK):
         part = source[start : start + _CAST_BLOCK]
