@@ -93,3 +93,21 @@ def test_every_16_bit_pattern_widens_exactly():
         got = widen_rows(as_16, np.empty((256, 256), dtype=np.float32))
         same = (got.view(np.uint32) == exact.view(np.uint32)) | (np.isnan(got) & np.isnan(exact))
         assert same.all(), f"{as_16.dtype}: {np.count_nonzero(~same)} patterns differ"
+
+
+@pytest.mark.parametrize("store", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("rows", [4, 6, 16])
+def test_the_vector_block_gives_the_loops_sums(store, rows):
+    """With AVX-512 a 4 × 4 block is vector_dots' block4 (which also asks for the rows ahead);
+    it adds up what LLVM's vectorised loop (four_rows_times_x, the other CPUs' kernel) does,
+    to the bit, over whole blocks and the rows of x left over."""
+    from ai00_like.rwkv.cpu import skinny
+
+    rng = np.random.default_rng(rows)
+    w32 = rng.standard_normal((40, 256), dtype=np.float32)  # 10 blocks: the last ones ask past the end
+    w = {"fp32": w32, "fp16": w32.astype(np.float16), "bf16": _bf16(w32)}[store]
+    x = rng.standard_normal((rows, 256), dtype=np.float32)
+    loops = np.full((rows, 40), np.nan, dtype=np.float32)
+    for n in range(0, 40, 4):
+        skinny.four_rows_times_x(skinny.kernel_view(w), n, x, loops, n)
+    np.testing.assert_array_equal(skinny_matmul(x, w), loops)
