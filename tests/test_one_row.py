@@ -1,6 +1,7 @@
-"""A v7 step of one row runs each layer as one compiled call (cpu/fused7.py): it must give
-what blocks.py's layers give, on every file form, with 16-bit, fp32 and packed matrices
-alike, and from any slot of the pool. (Against the reference package, test_file_forms.py
+"""A v7 decoding step (one row, or a batch of rows each the next token of its own slot)
+runs each layer as one compiled call (cpu/fused7.py): it must give what blocks.py's layers
+give, on every file form, with 16-bit, fp32 and packed matrices alike, and from any slot of
+the pool. (Against the reference package, test_file_forms.py
 covers it too: its greedy runs decode one row at a time.)"""
 
 from __future__ import annotations
@@ -37,19 +38,19 @@ FORMS = {
 }
 
 
-def _model(tmp_path, form):
+def _model(tmp_path, form, max_batch=4):
     write, options = FORMS[form]
     path = tmp_path / ("model.st" if ".st" in form or "prefab" in form else "model.pth")
     write(make_checkpoint("7", **SHAPE), path)
-    return load_model(str(path), max_batch=4, **options)
+    return load_model(str(path), max_batch=max_batch, **options)
 
 
 @pytest.mark.parametrize("form", list(FORMS))
 def test_one_row_steps_equal_the_layer_by_layer_ones(tmp_path, form):
     model = _model(tmp_path, form)
-    assert model.one_row is not None, "this form's single rows should take the fused path"
+    assert model.fused is not None, "this form's single rows should take the fused path"
     fused_logits, fused_tokens = greedy(model, PROMPT, 12)
-    model.one_row = None
+    model.fused = None
     logits, tokens = greedy(model, PROMPT, 12)
     assert fused_tokens == tokens
     assert rel_err(fused_logits, logits) < 1e-4
@@ -57,7 +58,7 @@ def test_one_row_steps_equal_the_layer_by_layer_ones(tmp_path, form):
 
 def test_packed_layers_are_fused_with_their_own_kernels(tmp_path):
     model = _model(tmp_path, "nf4 prefab of layers 0-1")
-    forms = [type(w[-1]).__name__ for w in model.one_row.weights]  # the channel mix's value matrix
+    forms = [type(w[-1]).__name__ for w in model.fused.weights]  # the channel mix's value matrix
     assert forms == ["tuple", "tuple", "ndarray"]
 
 
@@ -70,8 +71,43 @@ def test_a_single_row_in_any_slot_leaves_the_other_slots_alone(tmp_path):
     after = [model.read_state(slot) for slot in range(4)]
     for slot in (0, 1, 3):
         assert all(np.array_equal(a, b) for a, b in zip(before[slot].parts(), after[slot].parts()))
-    model.one_row = None
+    model.fused = None
     model.write_state(2, before[2])
     expected = model.step([StepInput(2, [77])])[0]
     assert rel_err(fused, expected) < 1e-4
     assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(after[2].parts(), model.read_state(2).parts()))
+
+
+@pytest.mark.parametrize("form", ["bf16.pth", "fp32.pth", "fp16.st", "bf16.pth, Int8 at load",
+                                  "bf16.pth, NF4 at load", "nf4 prefab of layers 0-1"])
+@pytest.mark.parametrize("rows", [2, 4, 5, 7])
+def test_decoding_batches_equal_the_layer_by_layer_ones(tmp_path, form, rows):
+    """Rows in slots out of order, packed layers through their direct kernels (below 5 rows)
+    and the block kernel (from 5), a step after step."""
+    model = _model(tmp_path, form, max_batch=8)
+    slots = [7, 2, 5, 0, 3, 6, 1][:rows]
+    for n, slot in enumerate(slots):
+        model.step([StepInput(slot, PROMPT[n % 3 :])])
+    states = {slot: model.read_state(slot) for slot in slots}
+
+    def decode(steps=4):
+        tokens = {slot: PROMPT[n] for n, slot in enumerate(slots)}
+        logits = []
+        for _ in range(steps):
+            out = model.step([StepInput(slot, [tokens[slot]]) for slot in slots])
+            tokens = {slot: int(np.argmax(row)) for slot, row in zip(slots, out)}
+            logits.append(np.stack(out))
+        return np.stack(logits), [model.read_state(slot) for slot in slots]
+
+    layers, calls = model.fused, []
+    model.fused = lambda *args: calls.append(len(args[0])) or layers(*args)
+    fused, fused_states = decode()
+    assert calls == [rows] * 4  # every step took the fused layers, the prompts did not
+    model.fused = None
+    for slot, state in states.items():
+        model.write_state(slot, state)
+    layered, layered_states = decode()
+    assert rel_err(fused, layered) < 1e-4
+    assert (fused.argmax(axis=-1) == layered.argmax(axis=-1)).all()
+    for a, b in zip(fused_states, layered_states):
+        assert all(np.allclose(x, y, atol=1e-5) for x, y in zip(a.parts(), b.parts()))

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import int8, intrinsics, nf4
 from .jit import LAUNCH
-from .skinny import four_rows_times_x, row_times_x
+from .skinny import AHEAD_ROWS, block4, four_rows_times_row, four_rows_times_x, row_times_x
 
 prange = range  # numba's where it compiles the kernel below
 
@@ -34,6 +34,9 @@ def block_matmul(W, x, out):  # pragma: no cover - compiled by numba
     blocks = (N + 3) // 4
     tasks = min(blocks, 256)
     per = (blocks + tasks - 1) // tasks
+    M = x.shape[0]
+    groups = M // 4
+    span = max(64, 4 * W[0].shape[1] // max(1, groups))  # a group's share of a block's packed bytes
     for task in prange(tasks):
         scratch = np.empty((4, K), dtype=np.float32)
         for block in range(task * per, min(blocks, task * per + per)):
@@ -41,11 +44,17 @@ def block_matmul(W, x, out):  # pragma: no cover - compiled by numba
             rows = min(4, N - n)
             for r in range(rows):
                 widen_row(W, n + r, scratch, r)
-            if rows == 4:
-                four_rows_times_x(scratch, 0, x, out, n)
-            else:
+            if rows < 4:
                 for r in range(rows):
                     row_times_x(scratch, r, x, out, n + r)
+            elif K % 16 == 0:  # skinny's vector block, asking for the packed rows ahead
+                ahead = min(n + AHEAD_ROWS, N - 4)
+                for g in range(groups):
+                    block4(scratch, 0, x, 4 * g, out, n, W[0], ahead, g * span, span)
+                for j in range(4 * groups, M):
+                    four_rows_times_row(scratch, 0, x, j, out, n)
+            else:
+                four_rows_times_x(scratch, 0, x, out, n)
 
 
 def batched_matmul(x: np.ndarray, w: int8.PackedInt8 | nf4.PackedNF4) -> np.ndarray:

@@ -17,7 +17,7 @@ from ..state import State, StatePool
 from ..weights import as_float32, embedding_rows, file_precision, stored
 from .arena import Arena
 from .blocks import Block, Context
-from .fused7 import OneRowLayers
+from .fused7 import DecodeLayers
 from .jit import in_passing_thread, release_compiler_pages
 from .ops import (SKINNY_ROWS, kernel_set, keeps_16bit, kernel_form, layer_norm, linear, pinned_blas_note,
                   threads_for)
@@ -53,8 +53,9 @@ class CpuModel:
             self.blocks.append(Block(tensors, info, i, precision, arena))
             if progress:
                 progress(i + 1, info.n_layer + 1)
-        # A step of one row (decoding batch 1) runs each v7 layer as one compiled call.
-        self.one_row = OneRowLayers.of(self.blocks)
+        # A decoding step (each row the next token of its own slot) runs each v7 layer as one
+        # compiled call.
+        self.fused = DecodeLayers.of(self.blocks)
         self.ln_out = (vec("ln_out.weight"), vec("ln_out.bias"))
         self.head = kernel_form(stored(tensors["head.weight"], precision, "head.weight", source, arena))
         if progress:
@@ -143,8 +144,8 @@ class CpuModel:
     def _layers(self, ids: np.ndarray, plan: BatchPlan, pool: StatePool) -> np.ndarray:
         """The last layer's output of the step's rows: (A, C) for A = len(ids)."""
         x = layer_norm(embedding_rows(self.emb, ids), *self.ln0)
-        if len(ids) == 1 and self.one_row is not None:
-            return self.one_row(x, pool.layers(), plan)
+        if self.fused is not None and len(plan.single_slots) == len(ids) <= SKINNY_ROWS:
+            return self.fused(x, pool.layers(), plan)
         ctx = Context()
         for block, slots in zip(self.blocks, pool.layers()):
             x = block(x, slots, plan, ctx)

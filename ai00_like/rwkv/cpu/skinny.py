@@ -76,7 +76,7 @@ def skinny(W, x, out):  # pragma: no cover - compiled by numba
         elif K % 16 == 0:
             ahead = min(n + AHEAD_ROWS, N - 4)
             for g in range(groups):
-                block4(W, n, x, 4 * g, out, n, ahead, g * span, span)
+                block4(W, n, x, 4 * g, out, n, W, ahead, g * span, span)
             for j in range(4 * groups, M):
                 four_rows_times_row(W, n, x, j, out, n)
         else:
@@ -111,16 +111,16 @@ def four_rows_times_x(W, w, x, out, n):  # pragma: no cover - compiled by numba
     M = x.shape[0]
     j = 0
     while j + 4 <= M:
-        four_rows_times_four(W, w, x, j, out, n, w, 0, 64)
+        four_rows_times_four(W, w, x, j, out, n, W, w, 0, 64)
         j += 4
     while j < M:  # the last rows of x when M is not a multiple of 4
         four_rows_times_row(W, w, x, j, out, n)
         j += 1
 
 
-def four_rows_times_four(W, w, x, j, out, n, ahead, lo, span):  # pragma: no cover - compiled by numba
+def four_rows_times_four(W, w, x, j, out, n, P, ahead, lo, span):  # pragma: no cover - compiled by numba
     """out[j : j + 4, n : n + 4] = x[j : j + 4] · W[w : w + 4]ᵀ: 16 running sums. vector_dots'
-    block4 where the CPU has AVX-512 (which also asks for bytes [lo, lo + span) of the rows
+    block4 where the CPU has AVX-512 (which also asks for bytes [lo, lo + span) of P's rows
     from `ahead` on); this loop, vectorised by LLVM, elsewhere."""
     K = W.shape[1]
     s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = np.float32(0.0)

@@ -45,7 +45,7 @@ class Kernels(NamedTuple):
     nf4: Any  # rows → intrinsic(q, absmax, levels, x_even, x_odd, i, j, out)
     int8: Any  # rows → intrinsic(q, bounds, x, xsum, i, j, out)
     nf4_row: Any  # intrinsic(q, absmax, levels, i, out, r): out[r] = row i widened to fp32
-    block4: Any  # intrinsic(W, w, x, j, out, n, ahead, lo, span), AVX-512 only (else None)
+    block4: Any  # intrinsic(W, w, x, j, out, n, P, ahead, lo, span), AVX-512 only (else None)
 
 
 def vector_width() -> int:
@@ -265,13 +265,13 @@ def build():
         return builder.bitcast(builder.shl(builder.zext(bits, ivec), splat(16, ivec)), fvec)
 
     def block4_codegen(context, builder, sig, args):
-        W_t, _, x_t, _, out_t, _, _, _, _ = sig.args
-        W, w, x, j, out, n, ahead, lo, span = args
+        W_t, _, x_t, _, out_t, _, P_t, _, _, _ = sig.args
+        W, w, x, j, out, n, P, ahead, lo, span = args
         four = [builder.add(w, ir.Constant(i64, a)) for a in range(4)]
         rows = [row_pointer(context, builder, W_t, W, row)[0] for row in four]
         _, (_, K) = row_pointer(context, builder, W_t, W, w)
         xs = [row_pointer(context, builder, x_t, x, builder.add(j, ir.Constant(i64, b)))[0] for b in range(4)]
-        early, _ = row_pointer(context, builder, W_t, W, ahead)
+        early, _ = row_pointer(context, builder, P_t, P, ahead)
         early = builder.gep(builder.bitcast(early, i8.as_pointer()), [lo])
         last_line = builder.sub(span, ir.Constant(i64, 64))
         fetch = declare(builder, "llvm.prefetch.p0i8", ir.VoidType(), i8.as_pointer(), i32, i32, i32)
@@ -307,14 +307,15 @@ def build():
         return context.get_dummy_value()
 
     @intrinsic
-    def block4(typingctx, W, w, x, j, out, n, ahead, lo, span):
+    def block4(typingctx, W, w, x, j, out, n, P, ahead, lo, span):
         """out[j + b, n + a] = x[j + b] · W[w + a] for a, b < 4 (K a multiple of 16), and
-        bytes [lo, lo + span) of the rows from `ahead` on asked for meanwhile (span ≥ 64)."""
-        if any(not isinstance(a, types.Array) or a.layout != "C" for a in (W, x, out)):
+        bytes [lo, lo + span) of P's rows from `ahead` on asked for meanwhile (span ≥ 64):
+        W's own, or the packed rows a block kernel widens into W."""
+        if any(not isinstance(a, types.Array) or a.layout != "C" for a in (W, x, out, P)):
             return None
         if W.dtype not in (types.float32, types.uint16, types.int16) or x.dtype != types.float32:
             return None
-        return types.void(W, types.int64, x, types.int64, out, types.int64, types.int64, types.int64,
+        return types.void(W, types.int64, x, types.int64, out, types.int64, P, types.int64, types.int64,
                           types.int64), block4_codegen
 
     return Kernels(functools.cache(nf4_dot), functools.cache(int8_dot), nf4_row, block4 if width == 16 else None)
