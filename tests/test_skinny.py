@@ -42,6 +42,56 @@ def test_linear_uses_it_for_a_decoding_batch_only(monkeypatch):
     assert calls == [2, ops.SKINNY_ROWS]
 
 
+def test_decoding_steps_run_on_numba_threads_and_a_prefill_on_blas_threads(monkeypatch):
+    """A decoding step's products run in numba's kernels with BLAS on one thread (spinning
+    OpenBLAS threads made a 1-row step 5x slower); a prefill chunk's run in BLAS on all of
+    its threads with numba on one. A run of decoding steps leaves BLAS's count alone:
+    setting it costs tens of microseconds a call right after a step."""
+    import numba
+    from threadpoolctl import threadpool_info
+
+    from ai00_like.rwkv.batch import StepInput
+    from engine_helpers import synthetic_model
+
+    def blas_threads():
+        return tuple(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+
+    ops._blas.use(None)  # BLAS's own count, whatever earlier steps in this process left
+    at_start = blas_threads()
+    model = synthetic_model("7", max_batch=2, n_layer=1, n_embd=64, head_size=32, vocab=300, seed=3)
+    seen, changes = [], []
+    layers, use = model._layers, ops._blas.use
+    monkeypatch.setattr(model, "_layers", lambda ids, *a: seen.append((len(ids), blas_threads(),
+                                                                       numba.get_num_threads())) or layers(ids, *a))
+    monkeypatch.setattr(ops._blas, "use", lambda n: changes.append(n) or use(n))
+    prompt = list(range(1, ops.SKINNY_ROWS + 10))
+    model.forward(prompt)
+    for token in (5, 6, 7):
+        model.step([StepInput(0, [token]), StepInput(1, [token])])
+    model.forward(prompt)
+    prefill = (len(prompt), at_start, 1)
+    decode = (2, (1,) * len(at_start), numba.config.NUMBA_NUM_THREADS)
+    assert seen == [prefill, decode, decode, decode, prefill]
+    assert numba.get_num_threads() == numba.config.NUMBA_NUM_THREADS
+    # Asked for at each step's layers and head (a prompt's head is one row: a decoding product).
+    assert changes == [None, 1, 1, 1, 1, 1, 1, 1, None, 1]
+
+
+def test_blas_threads_are_set_only_when_they_change():
+    class Library:
+        num_threads = 2
+
+        def set_num_threads(self, n):
+            calls.append(n)
+
+    calls = []
+    blas = ops._BlasThreads()
+    blas._libraries, blas._default, blas._now = [Library()], [2], [2]
+    for threads in (None, 1, 1, 1, None, None, 1):
+        blas.use(threads)
+    assert calls == [1, 2, 1]
+
+
 # ------------------------------------------------------------------ 16-bit weights, widened as read
 
 

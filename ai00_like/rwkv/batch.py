@@ -7,6 +7,7 @@ starts and ends so the token shift and the WKV recurrence can find the slot's st
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
@@ -24,27 +25,30 @@ class StepInput(NamedTuple):
 class BatchPlan:
     def __init__(self, segments: Sequence[tuple[int, int]]):
         """segments: (slot, number of tokens ≥ 1) in stacking order; each slot at most once."""
-        slots = np.array([s for s, _ in segments], dtype=np.intp)
-        lengths = np.array([n for _, n in segments], dtype=np.intp)
-        if len(set(slots.tolist())) != len(slots):
+        # In Python lists, then an array each: a step's plan is a few numbers, and a numpy
+        # call on them costs microseconds, tens right after a step has streamed the weights
+        # through the caches.
+        slots = [int(s) for s, _ in segments]
+        lengths = [int(n) for _, n in segments]
+        if len(set(slots)) != len(slots):
             raise ValueError("a slot appears twice in one step")
-        if (lengths < 1).any():
+        if any(n < 1 for n in lengths):
             raise ValueError("every segment of a step needs at least one token")
-        stops = np.cumsum(lengths)
-        starts = stops - lengths
-        self.slots = slots
-        self.starts, self.stops = starts, stops
-        self.first_rows, self.last_rows = starts, stops - 1
-        self.n_rows = int(stops[-1]) if len(stops) else 0
-        single = lengths == 1
-        self.single_rows, self.single_slots = starts[single], slots[single]
-        n = len(self.single_slots)
-        first = int(self.single_slots[0]) if n else 0
-        contiguous = n > 0 and np.array_equal(self.single_slots, np.arange(first, first + n))
+        stops = list(itertools.accumulate(lengths))
+        starts = [stop - n for stop, n in zip(stops, lengths)]
+        self.slots = np.array(slots, dtype=np.intp)
+        self.starts, self.stops = np.array(starts, dtype=np.intp), np.array(stops, dtype=np.intp)
+        self.first_rows, self.last_rows = self.starts, self.stops - 1
+        self.n_rows = stops[-1] if stops else 0
+        single = [n == 1 for n in lengths]
+        single_slots = [s for s, one in zip(slots, single) if one]
+        self.single_rows = np.array([a for a, one in zip(starts, single) if one], dtype=np.intp)
+        self.single_slots = np.array(single_slots, dtype=np.intp)
+        n = len(single_slots)
+        first = single_slots[0] if n else 0
+        contiguous = n > 0 and single_slots == list(range(first, first + n))
         self.single_slot_range = slice(first, first + n) if contiguous else None
-        self.long_segments = [
-            (int(s), int(a), int(b)) for s, a, b, one in zip(slots, starts, stops, single) if not one
-        ]
+        self.long_segments = [(s, a, b) for s, a, b, one in zip(slots, starts, stops, single) if not one]
 
 
 class StepLayout:
@@ -66,7 +70,8 @@ class StepLayout:
             self.ids, self.plan = np.zeros(0, np.intp), BatchPlan([])
             return
         self.ids = np.concatenate([np.asarray(i.tokens, dtype=np.intp) for i in self.active])
-        if self.ids.min() < 0 or self.ids.max() >= vocab:
+        low, high = (int(self.ids[0]),) * 2 if len(self.ids) == 1 else (self.ids.min(), self.ids.max())
+        if low < 0 or high >= vocab:
             raise ValueError(f"token ids must be in [0, {vocab})")
         self.plan = BatchPlan([(i.slot, len(i.tokens)) for i in self.active])
         for i, start, stop in zip(self.active, self.plan.starts, self.plan.stops):

@@ -64,8 +64,11 @@ def sample(rows, penalties, top_k, top_p, temperature, uniform):
         # fights them (measured: 1 row 10x slower on two threads than on one).
         set_threads(threads if 1 < len(rows) <= SKINNY_ROWS else 1)
         try:
-            kernel(as_matrix(rows), pen_ids, pen_values, pen_start, top_k, top_p, temperature, uniform, tokens,
-                   status)
+            # One dtype per argument, whatever the caller's arrays hold (a temperature of 1
+            # from JSON is an int): each other combination would be compiled again, ~10 s.
+            kernel(as_matrix(rows), pen_ids.astype(np.int64, copy=False), pen_values.astype(np.float32, copy=False),
+                   pen_start, np.asarray(top_k, dtype=np.int64), np.asarray(top_p, dtype=np.float64),
+                   np.asarray(temperature, dtype=np.float64), np.asarray(uniform, dtype=np.float64), tokens, status)
         finally:
             set_threads(threads)
     return tokens, status

@@ -358,9 +358,5 @@ def _kernel_form(matrix):
     if isinstance(matrix, (PackedInt8, PackedNF4)):
         return matrix.form
     if isinstance(matrix, np.ndarray):
-        # Read-only: numba compiles a mapped (read-only) and a converted (writable) matrix
-        # as two types, and `layer` once per combination it meets.
-        view = np.ascontiguousarray(kernel_view(matrix)).view()
-        view.flags.writeable = False
-        return view
+        return kernel_view(np.ascontiguousarray(matrix))  # read-only, as the packed forms: one compiled type each
     return None

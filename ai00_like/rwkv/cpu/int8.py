@@ -26,7 +26,7 @@ import numpy as np
 
 from ..quant import BLOCK, QuantisedMatrix
 from . import intrinsics, vector_dots
-from .jit import LAUNCH
+from .jit import LAUNCH, read_only
 
 INT8_BLOCK = BLOCK["int8"]
 
@@ -60,7 +60,7 @@ class PackedInt8:
         if int8_matmul is None or m.kind != "int8" or cols % INT8_BLOCK:
             return None
         bounds = m.scales.view(np.uint16)[: 2 * rows * cols // INT8_BLOCK].reshape(rows, -1)
-        return cls(m.packed.view(np.uint8)[: rows * cols].reshape(rows, cols), bounds)
+        return cls(read_only(m.packed.view(np.uint8)[: rows * cols].reshape(rows, cols)), read_only(bounds))
 
 
 # Module-level kernels, compiled below where numba is (skinny.py says why not nested).

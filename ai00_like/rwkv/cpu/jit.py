@@ -25,6 +25,15 @@ FASTMATH = {"reassoc", "contract", "arcp", "nsz"}
 LAUNCH = threading.Lock()
 
 
+def read_only(array):
+    """A read-only view of `array` (no copy). numba compiles a kernel once per argument type,
+    and a writable and a read-only array (a matrix converted at load, one mapped from its
+    file) are two types: handing the kernels weights only this way compiles each once."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
 @functools.cache
 def compiler():
     """`numba.njit` with our options and `numba.prange`, or None."""

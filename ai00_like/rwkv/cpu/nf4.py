@@ -25,7 +25,7 @@ import numpy as np
 
 from ..quant import BLOCK, NF4_LEVELS, QuantisedMatrix
 from . import intrinsics, vector_dots
-from .jit import LAUNCH
+from .jit import LAUNCH, read_only
 
 NF4_BLOCK = BLOCK["nf4"]
 BLOCK_BYTES = NF4_BLOCK // 2
@@ -61,7 +61,7 @@ class PackedNF4:
         if nf4_matmul is None or m.kind != "nf4" or cols % NF4_BLOCK:
             return None
         absmax = m.scales.view(np.uint16)[: rows * cols // NF4_BLOCK].reshape(rows, -1)
-        return cls(m.packed.view(np.uint8)[: rows * cols // 2].reshape(rows, cols // 2), absmax)
+        return cls(read_only(m.packed.view(np.uint8)[: rows * cols // 2].reshape(rows, cols // 2)), read_only(absmax))
 
 
 # Module-level kernels, compiled below where numba is (skinny.py says why not nested).

@@ -143,8 +143,33 @@ def _tiled_linear(x: np.ndarray, shape: tuple[int, int], widen_tile, tile_rows: 
     return out
 
 
-_blas = None
 _cores = threading.local()  # .numba: whether threads_for gave the step's cores to numba
+
+
+class _BlasThreads:
+    """BLAS's thread count, set through threadpoolctl only when it changes: a call reads
+    /proc and walks the loaded libraries (about 12 µs, and 70–80 µs right after a decoding
+    step has streamed the weights through every cache), and a step used to make four."""
+
+    def __init__(self):
+        self._libraries = None
+        self._default = self._now = None
+
+    def use(self, threads: int | None) -> None:
+        """`threads` for BLAS from now on; None: as many as it had at the start."""
+        if self._libraries is None:
+            from threadpoolctl import ThreadpoolController
+
+            self._libraries = ThreadpoolController().select(user_api="blas").lib_controllers
+            self._default = self._now = [lib.num_threads for lib in self._libraries]
+        wanted = self._default if threads is None else [threads] * len(self._libraries)
+        if wanted != self._now:
+            for lib, n in zip(self._libraries, wanted):
+                lib.set_num_threads(n)
+            self._now = wanted
+
+
+_blas = _BlasThreads()
 
 
 @contextlib.contextmanager
@@ -157,27 +182,24 @@ def threads_for(rows: int):
     each weight row as it is stored: BLAS on one thread, numba on all. (For a single fp32
     row, OpenBLAS's matrix-vector product streamed the 0.1B shape's weights at about
     22 GB/s against the kernels' 27.) A prefill chunk does its products in BLAS: numba
-    (the WKV kernel, the widening of 16-bit tiles) on one thread.
+    (the WKV kernel, the widening of 16-bit tiles) on one thread. BLAS keeps the count of
+    the last step between steps, so a run of decoding steps changes nothing.
     """
-    global _blas
     if skinny_matmul is None:
         yield
         return
     import numba
 
-    numba_threads = numba.get_num_threads()
     if rows <= SKINNY_ROWS:
-        if _blas is None:
-            from threadpoolctl import ThreadpoolController
-
-            _blas = ThreadpoolController()
+        _blas.use(1)
         _cores.numba = True
         try:
-            with _blas.limit(limits=1, user_api="blas"):
-                yield
+            yield
         finally:
             _cores.numba = False
         return
+    _blas.use(None)
+    numba_threads = numba.get_num_threads()
     numba.set_num_threads(1)
     try:
         yield

@@ -34,16 +34,17 @@ import numpy as np
 
 from ..formats import BF16
 from . import intrinsics, vector_dots
-from .jit import LAUNCH
+from .jit import LAUNCH, read_only
 
 
 def kernel_view(weight: np.ndarray) -> np.ndarray:
-    """The array the kernels take for `weight`: fp32 as it is, 16-bit as its bit patterns."""
+    """The array the kernels take for `weight`, read-only (jit.read_only): fp32 as it is,
+    16-bit as its bit patterns."""
     if weight.dtype == np.float16:
-        return weight.view(np.uint16)
+        return read_only(weight.view(np.uint16))
     if weight.dtype == BF16:
-        return weight.view(np.int16)
-    return weight
+        return read_only(weight.view(np.int16))
+    return read_only(weight)
 
 
 # The kernels are module-level functions, compiled below where numba is: numba's on-disk

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .jit import LAUNCH, compiler
+from .jit import LAUNCH, compiler, read_only
 
 
 def _build():
@@ -76,7 +76,7 @@ def _build():
 
         y[j] = Σ_i r[i]·(u[i]·k[i]·v[j] + S[i, j]);  S[i, j] ← decay[i]·S[i, j] + k[i]·v[j]
         """
-        u = np.ascontiguousarray(np.broadcast_to(u, r.shape[1:]), dtype=np.float32)  # v5.0/5.1 store [H, 1]
+        u = read_only(np.ascontiguousarray(np.broadcast_to(u, r.shape[1:]), dtype=np.float32))  # v5.0/5.1 store [H, 1]
         return launch(kernel5, plan, states, (r, np.exp(log_decay), k, v), (u,))
 
     def wkv7_segments(plan, states, r, log_decay, k, v, a, b):
