@@ -10,7 +10,9 @@ each against our fp32 run. Every engine runs `--rounds` times (default 2), all o
 in turn each round, and keeps its best figures (and its highest peak memory): the shared
 machine's speed moves in steps within minutes, so one pass can compare an engine's slow
 spell with another's fast one. Prints a table, then one JSON line of results and ratios
-(each engine's figures per round too).
+(each engine's figures per round too). Each lower precision also decodes once beside our
+fp32 in one process, a step of each in turn (`--no-paired` skips it): the median ratio of
+their step times cancels the machine's changes of speed, which the rounds only reduce.
 
 Each library picks its own CPU kernels, as it does on a user's machine: numpy's OpenBLAS
 by its CPU detection, torch's MKL by its own. An environment that pins OpenBLAS to an
@@ -63,16 +65,19 @@ def best_of(n, fn):
     return min(times)
 """
 
-OURS = COMMON + """
+LOAD = COMMON + """
 from ai00_like.rwkv import load_model
 from ai00_like.rwkv.batch import StepInput
-from threadpoolctl import threadpool_info
 import os
-t = time.perf_counter()
 kept = os.environ.get("BENCH_PRECISION", "auto")  # a precision, or int8/nf4: every layer's projections quantised
 kind, _, head = kept.partition("+")  # int8+head, nf4+head: the head as Int8 blocks too (quant_head)
 quantised = dict(quant=1000, quant_type=kind, quant_head=head == "head") if kind in ("int8", "nf4") \
     else dict(precision=kept)
+"""
+
+OURS = LOAD + """
+from threadpoolctl import threadpool_info
+t = time.perf_counter()
 model = load_model(path, device="cpu", max_batch=max(batches), **quantised)
 load_s = time.perf_counter() - t
 blas = next((f"{i['internal_api']} {i.get('architecture')}" for i in threadpool_info() if i["user_api"] == "blas"), "?")
@@ -88,6 +93,28 @@ for b in batches:
     decode[b] = b * steps / best_of(3, decode_steps)
 print(json.dumps({"load_s": load_s, "prefill_tps": prompt_len / prefill_s, "decode_tps": decode, "peak_mb": peak_mb(),
                   "blas": blas}))
+"""
+
+# Our fp32 and one other precision in one process, a decoding step of each in turn: the
+# median of each step's time over the other's cancels the machine's changes of speed, which
+# separate processes minutes apart cannot (a batch-1 ratio to fp32 moved 1.5-1.8 with them).
+PAIRED = LOAD + """
+fp32 = load_model(os.environ["BENCH_FP32_PATH"], device="cpu", max_batch=max(batches))
+model = load_model(path, device="cpu", max_batch=max(batches), **quantised)
+paired = {}
+for b in batches:
+    inputs = [StepInput(slot, [prompt[slot]]) for slot in range(b)]
+    for m in (fp32, model):
+        for _ in range(3):
+            m.step(inputs)
+    ours, theirs = [], []
+    for _ in range(max(32, 4 * steps // b)):
+        t = time.perf_counter(); fp32.step(inputs); ours.append(time.perf_counter() - t)
+        t = time.perf_counter(); model.step(inputs); theirs.append(time.perf_counter() - t)
+    ours, theirs = np.array(ours), np.array(theirs)
+    paired[b] = {"fp32_tps": b / float(np.median(ours)), "tps": b / float(np.median(theirs)),
+                 "ratio": float(np.median(ours / theirs))}
+print(json.dumps(paired))
 """
 
 REFERENCE = COMMON + """
@@ -172,6 +199,8 @@ def main() -> None:
                         help="run every engine this many times, one after another in turn, and keep each one's "
                              "best figures (default 2): the shared machine's speed moves in steps within "
                              "minutes, and a single pass can catch one engine in a slow spell and the next in a fast one")
+    parser.add_argument("--no-paired", action="store_true",
+                        help="skip the decode ratios measured step by step beside our fp32 in one process")
     args = parser.parse_args()
     shape = "quick" if args.quick else "0.1B"
     path, weight_bytes = checkpoint(shape)
@@ -191,6 +220,9 @@ def main() -> None:
             passes[-1].update({f"llama {t}": figures for t, figures in
                                llama_cpp_bench.measure_all(path, PROMPT, DECODE_STEPS, BATCHES).items()})
     best = {name: best_of_passes([p[name] for p in passes]) for name in passes[0]}
+    paired = {} if args.no_paired else {
+        p: run(PAIRED, bf16_checkpoint(shape), {"BENCH_PRECISION": p, "BENCH_FP32_PATH": str(path)}, BATCHES)
+        for p in precisions}
     ours, pinned, ref = best["ours"], best["pinned"], best["ref"]
     weights_mb = weight_bytes / 2**20
 
@@ -222,6 +254,13 @@ def main() -> None:
         for t, figures in llama.items():
             against_fp32(f"llama.cpp {t} GGUF of the same weights ({figures['file_mb']:.0f} MiB), against our fp32:",
                          figures)
+    if paired:
+        print("decode beside our fp32 in one process, a step of each in turn: tokens/s (medians), "
+              "and the median of fp32's step time over this one's")
+        print(f"{'':12}" + "".join(f"{f'batch {b}':>26}" for b in BATCHES))
+        for p, figures in paired.items():
+            print(f"{p:12}" + "".join(f"{figures[str(b)]['tps']:9.1f} /{figures[str(b)]['fp32_tps']:7.1f} ={figures[str(b)]['ratio']:6.2f}"
+                                      for b in BATCHES))
     if pinned:
         print(f"ours with the environment's OPENBLAS_CORETYPE={pinned_coretype} ({pinned['blas']}):")
         row(f"prefill {PROMPT} tok/s", pinned["prefill_tps"], ref and ref["prefill_tps"])
@@ -234,6 +273,7 @@ def main() -> None:
         "reference": ref,
         "ours_pinned_blas": pinned,
         "ours_lower_precisions": lower,
+        "paired_with_fp32": paired,
         "ratios": {
             "prefill": ref and ours["prefill_tps"] / ref["prefill_tps"],
             **{f"decode_b{b}_vs_ref_b1": ref and ours["decode_tps"][str(b)] / ref_b1 for b in BATCHES},
