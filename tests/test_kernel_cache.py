@@ -64,3 +64,44 @@ def test_a_second_process_loads_every_kernel_from_the_cache(tmp_path):
     assert "ai00_like.rwkv.cpu.skinny.skinny_kernel" in first, f"no kernels found: {first}"
     second = _kernel_misses(path)
     assert {name: n for name, n in second.items() if n} == {}
+
+
+# A kernel of skinny.py (widen_all) whose widening is intrinsics.py's code, compiled into it.
+WIDEN = """
+import json
+import numpy as np
+import ai00_like
+from ai00_like.rwkv.cpu import skinny
+skinny.widen_rows(np.ones((4, 32), dtype=np.float16), np.empty((4, 32), dtype=np.float32))
+print(json.dumps([ai00_like.__file__, sum(skinny.widen_all.stats.cache_misses.values()),
+                  sum(skinny.widen_all.stats.cache_hits.values())]))
+"""
+
+
+def test_a_change_to_a_module_a_kernel_inlines_compiles_it_again(tmp_path):
+    """numba checks a cached kernel against its own file only; an update in place that
+    changed only the code it inlines (here intrinsics.py) must not load the old kernel."""
+    import shutil
+    from pathlib import Path
+
+    import ai00_like
+
+    package = Path(ai00_like.__file__).parent
+    shutil.copytree(package, tmp_path / "ai00_like", ignore=shutil.ignore_patterns("__pycache__"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    env["PYTHONPATH"] = str(tmp_path)
+
+    def run() -> tuple[int, int]:
+        done = subprocess.run([sys.executable, "-c", WIDEN], capture_output=True, text=True, env=env, timeout=300,
+                              cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        where, misses, hits = json.loads(done.stdout.strip().splitlines()[-1])
+        assert Path(where).parent == tmp_path / "ai00_like"  # the copy, not the checkout
+        return misses, hits
+
+    assert run() == (1, 0)  # compiled
+    assert run() == (0, 1)  # from the cache
+    intrinsics = tmp_path / "ai00_like" / "rwkv" / "cpu" / "intrinsics.py"
+    intrinsics.write_text(intrinsics.read_text() + "\n# a changed line\n")
+    assert run() == (1, 0)  # compiled again
+    assert run() == (0, 1)

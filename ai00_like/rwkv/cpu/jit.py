@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import mmap
 import os
 import sys
 import threading
+from pathlib import Path
 
 # Reassociation lets LLVM vectorise sums; no-NaN/no-Inf flags are left off so a NaN or Inf
 # in the weights or activations propagates as it would through BLAS.
@@ -44,7 +46,28 @@ def compiler():
     except ImportError:
         return None
     _prefer_full_width_vectors()
+    _cache_by_source()
     return functools.partial(njit, parallel=True, fastmath=FASTMATH, cache=True, nogil=True), prange
+
+
+def _cache_by_source() -> None:
+    """Keep numba's on-disk cache in a folder named by a digest of every kernel source.
+
+    numba checks a cached kernel against its own file only, while our kernels inline code
+    from the others (vector_dots' intrinsics in skinny's block, int8's row widening in
+    batched's kernel): after an update that changed only those, every start loaded the old
+    compiled kernels. The folder is under NUMBA_CACHE_DIR where that is set (the launcher's
+    .cache/numba), else under __pycache__/kernels beside this file. (Where neither can be
+    written numba falls back to its per-user folder, checked against the kernel's file only.)
+    """
+    from numba.core import config
+
+    here = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted([*here.glob("*.py"), here.parents[1] / "sampler" / "fused.py"]):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    base = Path(config.CACHE_DIR) if config.CACHE_DIR else here / "__pycache__" / "kernels"
+    config.CACHE_DIR = str(base / digest.hexdigest()[:16])
 
 
 def _prefer_full_width_vectors() -> None:
