@@ -103,6 +103,19 @@ def test_the_block_kernel_equals_the_direct_scalar_one(kind, rows):
     np.testing.assert_allclose(block, scalar, rtol=1e-5, atol=1e-5 * np.abs(scalar).max())
     if rows >= ops.PACKED_DIRECT_ROWS[type(ops.kernel_form(matrix))]:
         np.testing.assert_array_equal(ops.linear(x, ops.kernel_form(matrix)), block)  # what such a batch runs
+    # Each thread widens its share of the blocks into a scratch of its own: the same numbers
+    # on one thread, and for a matrix of fewer blocks than threads.
+    import numba
+
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        np.testing.assert_array_equal(batched_matmul(x, ops.kernel_form(matrix)), block)
+    finally:
+        numba.set_num_threads(before)
+    small = QuantisedMatrix.of(kind, rng.standard_normal((3, 640), dtype=np.float32))
+    np.testing.assert_allclose(batched_matmul(x, ops.kernel_form(small)), x @ np.asarray(small).T,
+                               rtol=1e-5, atol=1e-5 * np.abs(scalar).max())
 
 
 def widened_nf4_rows_equal_the_dequantised_matrix() -> None:
