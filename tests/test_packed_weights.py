@@ -50,13 +50,14 @@ def test_what_the_kernels_cannot_read_is_dequantised():
         np.testing.assert_array_equal(form, np.asarray(matrix))
 
 
-def run_both_kernels(kind: str, rows: int, seed: int = 0):
-    """A packed matrix times `rows` rows of x through the vector kernel and the scalar one."""
+def run_both_kernels(kind: str, rows: int, seed: int = 0, cols: int = 640):
+    """A packed matrix of 37 × `cols` times `rows` rows of x through the vector kernel and
+    the scalar one."""
     from ai00_like.rwkv.cpu import int8, nf4
 
     rng = np.random.default_rng(seed + rows)
-    matrix = QuantisedMatrix.of(kind, rng.standard_normal((37, 640), dtype=np.float32))
-    x = rng.standard_normal((rows, 640), dtype=np.float32)
+    matrix = QuantisedMatrix.of(kind, rng.standard_normal((37, cols), dtype=np.float32))
+    x = rng.standard_normal((rows, cols), dtype=np.float32)
     if kind == "nf4":
         packed = PackedNF4.of(matrix)
         args = (packed.q, packed.absmax, NF4_LEVELS, np.ascontiguousarray(x[:, 0::2]), np.ascontiguousarray(x[:, 1::2]))
@@ -88,6 +89,18 @@ def test_the_vector_kernels_equal_the_scalar_ones(kind, rows):
 
 
 @pytest.mark.parametrize("kind", ["int8", "nf4"])
+def test_a_long_row_of_x_is_read_once_for_four_weight_rows(kind):
+    """One row of x longer than ROW_X_BYTES (a 1.5B model's FFN value matrix takes 7,168
+    inputs) goes through the vector code for four weight rows (37 end on a block of one)."""
+    from ai00_like.rwkv.cpu.skinny import ROW_X_BYTES
+
+    assert 7168 * 4 > ROW_X_BYTES
+    (vector, scalar), _ = run_both_kernels(kind, 1, cols=7168)
+    assert np.isfinite(vector).all()
+    np.testing.assert_allclose(vector, scalar, rtol=1e-5, atol=1e-5 * np.abs(scalar).max())
+
+
+@pytest.mark.parametrize("kind", ["int8", "nf4"])
 @pytest.mark.parametrize("rows", [4, 5, 16, 19, 64])
 def test_the_block_kernel_equals_the_direct_scalar_one(kind, rows):
     """A decoding batch's kernel (batched.py): each 4 weight rows widened once, then
@@ -103,8 +116,8 @@ def test_the_block_kernel_equals_the_direct_scalar_one(kind, rows):
     np.testing.assert_allclose(block, scalar, rtol=1e-5, atol=1e-5 * np.abs(scalar).max())
     if rows >= ops.PACKED_DIRECT_ROWS[type(ops.kernel_form(matrix))]:
         np.testing.assert_array_equal(ops.linear(x, ops.kernel_form(matrix)), block)  # what such a batch runs
-    # Each thread widens its share of the blocks into a scratch of its own: the same numbers
-    # on one thread, and for a matrix of fewer blocks than threads.
+    # The blocks are shared out in tasks, each widening into a scratch of its own: the same
+    # numbers on one thread, and for a matrix of fewer blocks than threads.
     import numba
 
     before = numba.get_num_threads()
@@ -153,9 +166,10 @@ def test_the_avx2_kernels_equal_the_scalar_ones_too(tmp_path):
         "assert vector_dots.vector_width() == 8\n"
         "widened_nf4_rows_equal_the_dequantised_matrix()\n"
         "for kind in ('int8', 'nf4'):\n"
-        "    for rows in (1, 2, 3, 4, 5, 6, 7, 8, 9, 16):\n"
-        "        (a, b), _ = run_both_kernels(kind, rows)\n"
-        "        assert np.abs(a - b).max() <= 1e-5 * np.abs(b).max(), (kind, rows)\n"
+        "    for rows, cols in ((1, 640), (2, 640), (3, 640), (4, 640), (5, 640), (6, 640), (7, 640), (8, 640),\n"
+        "                       (9, 640), (16, 640), (1, 7168)):\n"
+        "        (a, b), _ = run_both_kernels(kind, rows, cols=cols)\n"
+        "        assert np.abs(a - b).max() <= 1e-5 * np.abs(b).max(), (kind, rows, cols)\n"
         "print('same')\n")
     env = {**os.environ, "NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": AVX2_ONLY,
            "NUMBA_CACHE_DIR": str(tmp_path / "numba")}

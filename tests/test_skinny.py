@@ -102,6 +102,24 @@ def _bf16(w: np.ndarray) -> np.ndarray:
     return f32_to_bf16(w)
 
 
+@pytest.mark.parametrize("store", ["fp32", "bf16", "fp16"])
+def test_a_long_row_of_x_is_multiplied_four_weight_rows_at_a_time(store):
+    # A row of x longer than ROW_X_BYTES (a 1.5B model's FFN value matrix takes 7,168
+    # inputs) is read once for every four weight rows; 37 outputs end on a block of one.
+    from ai00_like.rwkv.cpu.skinny import ROW_X_BYTES
+
+    in_dim = 7168
+    assert in_dim * 4 > ROW_X_BYTES
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, in_dim), dtype=np.float32)
+    w32 = rng.standard_normal((37, in_dim), dtype=np.float32)
+    w = {"fp32": w32, "bf16": _bf16(w32), "fp16": w32.astype(np.float16)}[store]
+    got = ops.linear(x, w)
+    want = x.astype(np.float64) @ _as_f64(w).T
+    assert got.shape == (1, 37) and got.dtype == np.float32
+    assert np.abs(got - want).max() <= 1e-5 * np.sqrt(in_dim) * np.abs(x).max() * np.abs(w32).max() * 4
+
+
 def _as_f64(w: np.ndarray) -> np.ndarray:
     from ai00_like.rwkv.formats import as_float
 

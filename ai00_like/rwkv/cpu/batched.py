@@ -4,7 +4,7 @@ once, multiplied with every row of x.
 The direct kernels (int8.py, nf4.py) widen every weight again for each 8 rows of x and
 multiply it there. From a few rows on it is faster to widen 4 weight rows once into a
 scratch that stays in L1 (12 KiB at 768 inputs) and run skinny.py's 4 × 4 register block
-over it: one launch for the whole matrix, each thread with its own scratch. On two Zen 4
+over it: one launch for the whole matrix, each task with its own scratch. On two Zen 4
 cores, 3,072 × 768 at 16 rows: Int8 836 µs direct → 439 µs; NF4 823 µs → see ops.py's
 PACKED_DIRECT_ROWS for where each form starts here.
 
@@ -21,7 +21,7 @@ from .jit import LAUNCH
 from .skinny import AHEAD_ROWS, block4, four_rows_times_row, four_rows_times_x, row_times_x
 
 prange = range  # numba's where it compiles the kernel below
-get_num_threads = None  # numba's, likewise
+MAX_TASKS = 32  # a launch's share-outs of the blocks (each with its scratch)
 
 
 def widen_row(W, i, scratch, r):
@@ -33,15 +33,16 @@ def block_matmul(W, x, out):  # pragma: no cover - compiled by numba
     N = W[0].shape[0]
     K = x.shape[1]
     blocks = (N + 3) // 4
-    threads = min(blocks, get_num_threads())
+    # A task and its scratch for every block or two cost 10% at 768 × 768 and 16 rows, 64
+    # tasks 3% (Int8 74 → 83 GMAC/s, NF4 77 → 85 with 32). (A task a thread would need
+    # numba's thread count, and a kernel that asks for it cannot be cached.)
+    tasks = min(blocks, MAX_TASKS)
     M = x.shape[0]
     groups = M // 4
     span = max(64, 4 * W[0].shape[1] // max(1, groups))  # a group's share of a block's packed bytes
-    for t in prange(threads):
-        # A scratch a thread: one a task of a few blocks (or a view of a shared one a task)
-        # cost 10% at 768 × 768 and 16 rows (Int8 74 → 83 GMAC/s, NF4 77 → 85 this way).
+    for task in prange(tasks):
         scratch = np.empty((4, K), dtype=np.float32)
-        for block in range(t * blocks // threads, (t + 1) * blocks // threads):
+        for block in range(task * blocks // tasks, (task + 1) * blocks // tasks):
             n = block * 4
             rows = min(4, N - n)
             for r in range(rows):
@@ -81,7 +82,7 @@ if _tools is not None:
         return None
 
     overload(widen_row)(_widen_row)
-    prange, get_num_threads = _tools.prange, numba.get_num_threads
+    prange = _tools.prange
     block_kernel = _tools.jit(block_matmul)
 else:
     batched_matmul = block_kernel = None

@@ -27,6 +27,7 @@ import numpy as np
 from ..quant import BLOCK, QuantisedMatrix
 from . import intrinsics, vector_dots
 from .jit import LAUNCH, read_only
+from .skinny import ROW_X_BYTES
 
 INT8_BLOCK = BLOCK["int8"]
 
@@ -65,7 +66,7 @@ class PackedInt8:
 
 # Module-level kernels, compiled below where numba is (skinny.py says why not nested).
 prange = range
-widen = dot8 = dot4 = dot3 = dot2 = dot1 = None  # intrinsics.py's and vector_dots.py's, where numba is
+widen = dot8 = dot4 = dot3 = dot2 = dot1 = dot1x4 = None  # intrinsics.py's and vector_dots.py's, where numba is
 
 
 def low_step(bounds, i, b):  # pragma: no cover - compiled by numba
@@ -110,6 +111,15 @@ def scalar_matmul(Q, bounds, x, xsum, out):  # pragma: no cover - compiled by nu
 
 def vector_matmul(Q, bounds, x, xsum, out):  # pragma: no cover - compiled by numba
     N, M = Q.shape[0], x.shape[0]
+    if M == 1 and x.shape[1] * 4 > ROW_X_BYTES:  # a long x: read once for 4 weight rows (skinny.py)
+        for quad in prange((N + 3) // 4):  # names of its own: see skinny.py
+            first = quad * 4
+            if first + 4 <= N:
+                dot1x4(Q, bounds, x, xsum, first, 0, out)
+            else:
+                for last in range(first, N):
+                    dot1(Q, bounds, x, xsum, last, 0, out)
+        return
     for i in prange(N):
         j = 0
         while j + 8 <= M:
@@ -169,6 +179,7 @@ if _tools is not None:
     dequantise = _tools.jit(dequantise)
     if (_vector := vector_dots.build()) is not None:
         dot8, dot4, dot3, dot2, dot1 = (_vector.int8(rows) for rows in (8, 4, 3, 2, 1))
+        dot1x4 = _vector.int8(1, weight_rows=4)
         int8_kernel = _tools.jit(vector_matmul)
     else:
         int8_kernel = int8_scalar_kernel

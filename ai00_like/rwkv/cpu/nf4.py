@@ -26,6 +26,7 @@ import numpy as np
 from ..quant import BLOCK, NF4_LEVELS, QuantisedMatrix
 from . import intrinsics, vector_dots
 from .jit import LAUNCH, read_only
+from .skinny import ROW_X_BYTES
 
 NF4_BLOCK = BLOCK["nf4"]
 BLOCK_BYTES = NF4_BLOCK // 2
@@ -66,7 +67,7 @@ class PackedNF4:
 
 # Module-level kernels, compiled below where numba is (skinny.py says why not nested).
 prange = range
-widen = dot8 = dot4 = dot3 = dot2 = dot1 = widen_row = None  # intrinsics.py's and vector_dots.py's, where numba is
+widen = dot8 = dot4 = dot3 = dot2 = dot1 = dot1x4 = widen_row = None  # intrinsics.py's and vector_dots.py's, where numba is
 
 
 def scalar_matmul(Q, absmax, levels, x_even, x_odd, out):  # pragma: no cover - compiled by numba
@@ -106,6 +107,15 @@ def scalar_matmul(Q, absmax, levels, x_even, x_odd, out):  # pragma: no cover - 
 
 def vector_matmul(Q, absmax, levels, x_even, x_odd, out):  # pragma: no cover - compiled by numba
     N, M = Q.shape[0], x_even.shape[0]
+    if M == 1 and x_even.shape[1] * 8 > ROW_X_BYTES:  # a long x: read once for 4 weight rows (skinny.py)
+        for quad in prange((N + 3) // 4):  # names of its own: see skinny.py
+            first = quad * 4
+            if first + 4 <= N:
+                dot1x4(Q, absmax, levels, x_even, x_odd, first, 0, out)
+            else:
+                for last in range(first, N):
+                    dot1(Q, absmax, levels, x_even, x_odd, last, 0, out)
+        return
     for i in prange(N):
         j = 0
         while j + 8 <= M:
@@ -162,6 +172,7 @@ if _tools is not None:
     nf4_scalar_kernel = _tools.jit(scalar_matmul)
     if (_vector := vector_dots.build()) is not None:
         dot8, dot4, dot3, dot2, dot1 = (_vector.nf4(rows) for rows in (8, 4, 3, 2, 1))
+        dot1x4 = _vector.nf4(1, weight_rows=4)
         widen_row = _vector.nf4_row
         nf4_kernel = _tools.jit(vector_matmul)
     else:

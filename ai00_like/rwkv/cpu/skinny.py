@@ -55,18 +55,37 @@ prange = range
 widen = block4 = None  # intrinsics.py's and vector_dots.py's, where numba is
 # Rows ahead of the block being multiplied whose weights a multi-row product asks for.
 AHEAD_ROWS = 16
+# The longest x, in bytes, that a one-row product reads once for each weight row: a longer
+# one does not stay in L1 (32 KiB on Zen 4) beside the streaming weights, and is read once
+# for every four rows (measured: K = 5,120 about even, 7,168 four rows well ahead).
+ROW_X_BYTES = 24 << 10
 
 
 def skinny(W, x, out):  # pragma: no cover - compiled by numba
     N = W.shape[0]
-    if x.shape[0] == 1:
+    M, K = x.shape
+    if M == 1 and K * 4 <= ROW_X_BYTES:
         # One row of x: a dot product per weight row, each task's rows one sequential
         # stream. Four rows at a time (below) read four rows' streams side by side: on
-        # two Zen 4 cores 23-26 GB/s, against 31-40 row by row.
+        # two Zen 4 cores 23-26 GB/s, against 31-40 row by row (0.1B's shapes).
         for n in prange(N):
             row_times_x(W, n, x, out, n)
         return
-    M, K = x.shape
+    if M == 1:
+        # A long x no longer stays in L1 beside the weights streaming through, and each
+        # weight row read it again from L2 (bf16: twice the weights' bytes). Four rows a
+        # read of x, from memory on two Zen 4 cores: K = 7,168 (1.5B's FFN) bf16 24.6 →
+        # 30.3 GB/s, fp32 31.6 → 35.4; K = 14,336 bf16 23.6 → 29.7 (at 4,096 row by row
+        # stays ahead: 32.2 against 30.2). (Its variables have names of their own: numba's
+        # parallel loops that shared them crashed the process.)
+        for quad in prange((N + 3) // 4):
+            first = quad * 4
+            if first + 4 <= N:
+                four_rows_times_row(W, first, x, 0, out, first)
+            else:
+                for last in range(first, N):
+                    row_times_x(W, last, x, out, last)
+        return
     groups = M // 4
     span = max(64, 4 * K * W.itemsize // max(1, groups))  # a group's share of a block to ask for
     for block in prange((N + 3) // 4):

@@ -16,14 +16,15 @@ the CPU can do, each for its own reason:
 the kernels that multiply widened rows (nf4.py: a decoding batch's block kernel, prefill's
 tiles).
 
-`nf4(rows)` and `int8(rows)` give intrinsics, callable from numba-compiled code, that
-compute for weight row i and `rows` consecutive rows j… of x
+`nf4(rows, weight_rows=1)` and `int8(rows, weight_rows=1)` give intrinsics, callable from
+numba-compiled code, that compute for weight rows i… and `rows` consecutive rows j… of x
 
     NF4:  out[j + r, i] = Σ_b absmax[i, b] · Σ_t (L[lo_t] · x_even[j + r, t] + L[hi_t] · x_odd[j + r, t])
     Int8: out[j + r, i] = Σ_b (step_b · Σ_k q_k · x[j + r, k] + low_b · xsum[j + r, b])
 
-(an NF4 byte t holds codes 2t and 2t + 1), each widened vector of weights serving all
-`rows` rows of x. The arithmetic is the scalar kernels', fp32 multiply-adds of the same
+(an NF4 byte t holds codes 2t and 2t + 1; with several weight rows, the same for each
+i + a), each widened vector of weights serving all `rows` rows of x and each vector of x
+all the weight rows. The arithmetic is the scalar kernels', fp32 multiply-adds of the same
 weights and activations, summed in another order.
 
 `build()` is None where the CPU has neither AVX-512 nor AVX2 with FMA, or without numba;
@@ -42,8 +43,8 @@ INT8_BLOCK = 128  # weights of an Int8 block, a byte each
 
 
 class Kernels(NamedTuple):
-    nf4: Any  # rows → intrinsic(q, absmax, levels, x_even, x_odd, i, j, out)
-    int8: Any  # rows → intrinsic(q, bounds, x, xsum, i, j, out)
+    nf4: Any  # (rows, weight_rows=1) → intrinsic(q, absmax, levels, x_even, x_odd, i, j, out)
+    int8: Any  # (rows, weight_rows=1) → intrinsic(q, bounds, x, xsum, i, j, out)
     nf4_row: Any  # intrinsic(q, absmax, levels, i, out, r): out[r] = row i widened to fp32
     block4: Any  # intrinsic(W, w, x, j, out, n, P, ahead, lo, span), AVX-512 only (else None)
 
@@ -124,44 +125,53 @@ def build():
         return builder.fpext(builder.bitcast(builder.load(builder.gep(pointer, [index])), ir.HalfType()), f32)
 
     def write_sums(context, builder, out_t, out, totals, j, i, extra=None):
-        """out[j + r, i] = the lanes of totals[r] added up (+ extra[r])."""
+        """out[j + r, i + a] = the lanes of totals[a][r] added up (+ extra[a][r])."""
         reduce = declare(builder, f"llvm.vector.reduce.fadd.v{width}f32", f32, f32, fvec)
         out_array = context.make_array(out_t)(context, builder, out)
-        for r, total in enumerate(totals):
-            value = builder.call(reduce, [ir.Constant(f32, 0.0), builder.load(total)])
-            if extra is not None:
-                value = builder.fadd(value, builder.load(extra[r]))
-            target = cgutils.get_item_pointer(context, builder, out_t, out_array, [builder.add(j, ir.Constant(i64, r)), i])
-            builder.store(value, target)
+        for a, row_totals in enumerate(totals):
+            for r, total in enumerate(row_totals):
+                value = builder.call(reduce, [ir.Constant(f32, 0.0), builder.load(total)])
+                if extra is not None:
+                    value = builder.fadd(value, builder.load(extra[a][r]))
+                target = cgutils.get_item_pointer(context, builder, out_t, out_array,
+                                                  [builder.add(j, ir.Constant(i64, r)), builder.add(i, ir.Constant(i64, a))])
+                builder.store(value, target)
 
-    def nf4_dot(rows: int):
+    def nf4_dot(rows: int, weight_rows: int = 1):
         def codegen(context, builder, sig, args):
             q_t, absmax_t, levels_t, even_t, odd_t, _, _, out_t = sig.args
             q, absmax, levels, even, odd, i, j, out = args
-            q_row, (_, half) = row_pointer(context, builder, q_t, q, i)
-            scales, _ = row_pointer(context, builder, absmax_t, absmax, i)
+            weights = [builder.add(i, ir.Constant(i64, a)) for a in range(weight_rows)]
+            q_rows = [row_pointer(context, builder, q_t, q, w)[0] for w in weights]
+            _, (_, half) = row_pointer(context, builder, q_t, q, i)
+            scales = [row_pointer(context, builder, absmax_t, absmax, w)[0] for w in weights]
             xs = [(row_pointer(context, builder, even_t, even, builder.add(j, ir.Constant(i64, r)))[0],
                    row_pointer(context, builder, odd_t, odd, builder.add(j, ir.Constant(i64, r)))[0])
                   for r in range(rows)]
             lookup = lookup_with(builder, context.make_array(levels_t)(context, builder, levels).data)
             fma = declare(builder, f"llvm.fma.v{width}f32", fvec, fvec, fvec, fvec)
-            total = [cgutils.alloca_once_value(builder, ir.Constant(fvec, None)) for _ in range(rows)]
+            total = [[cgutils.alloca_once_value(builder, ir.Constant(fvec, None)) for _ in range(rows)]
+                     for _ in range(weight_rows)]
             nibble, four = splat(15, ivec), splat(4, ivec)
             blocks = builder.udiv(half, ir.Constant(i64, NF4_BLOCK_BYTES))
             with cgutils.for_range(builder, blocks) as loop:
                 start = builder.mul(loop.index, ir.Constant(i64, NF4_BLOCK_BYTES))
-                sums = [ir.Constant(fvec, None)] * rows
+                sums = [[ir.Constant(fvec, None)] * rows for _ in range(weight_rows)]
                 for part in range(0, NF4_BLOCK_BYTES, width):
                     at = builder.add(start, ir.Constant(i64, part))
-                    codes = builder.zext(load_vector(builder, q_row, at, bvec, 1), ivec)
-                    w_even = lookup(builder.and_(codes, nibble))
-                    w_odd = lookup(builder.lshr(codes, four))
-                    for r, (x_even, x_odd) in enumerate(xs):
-                        sums[r] = builder.call(fma, [w_even, load_vector(builder, x_even, at, fvec, 4), sums[r]])
-                        sums[r] = builder.call(fma, [w_odd, load_vector(builder, x_odd, at, fvec, 4), sums[r]])
-                scale = broadcast(builder, widen_half(builder, scales, loop.index))
-                for r in range(rows):
-                    builder.store(builder.call(fma, [sums[r], scale, builder.load(total[r])]), total[r])
+                    x_parts = [(load_vector(builder, x_even, at, fvec, 4), load_vector(builder, x_odd, at, fvec, 4))
+                               for x_even, x_odd in xs]
+                    for a, q_row in enumerate(q_rows):
+                        codes = builder.zext(load_vector(builder, q_row, at, bvec, 1), ivec)
+                        w_even = lookup(builder.and_(codes, nibble))
+                        w_odd = lookup(builder.lshr(codes, four))
+                        for r, (x_even, x_odd) in enumerate(x_parts):
+                            sums[a][r] = builder.call(fma, [w_even, x_even, sums[a][r]])
+                            sums[a][r] = builder.call(fma, [w_odd, x_odd, sums[a][r]])
+                for a in range(weight_rows):
+                    scale = broadcast(builder, widen_half(builder, scales[a], loop.index))
+                    for r in range(rows):
+                        builder.store(builder.call(fma, [sums[a][r], scale, builder.load(total[a][r])]), total[a][r])
             write_sums(context, builder, out_t, out, total, j, i)
             return context.get_dummy_value()
 
@@ -211,35 +221,43 @@ def build():
             return None
         return types.void(q, absmax, levels, types.int64, out, types.int64), nf4_row_codegen
 
-    def int8_dot(rows: int):
+    def int8_dot(rows: int, weight_rows: int = 1):
         def codegen(context, builder, sig, args):
             q_t, bounds_t, x_t, xsum_t, _, _, out_t = sig.args
             q, bounds, x, xsum, i, j, out = args
-            q_row, (_, cols) = row_pointer(context, builder, q_t, q, i)
-            limits, _ = row_pointer(context, builder, bounds_t, bounds, i)
+            weights = [builder.add(i, ir.Constant(i64, a)) for a in range(weight_rows)]
+            q_rows = [row_pointer(context, builder, q_t, q, w)[0] for w in weights]
+            _, (_, cols) = row_pointer(context, builder, q_t, q, i)
+            limits = [row_pointer(context, builder, bounds_t, bounds, w)[0] for w in weights]
             xs = [row_pointer(context, builder, x_t, x, builder.add(j, ir.Constant(i64, r)))[0] for r in range(rows)]
             x_sums = [row_pointer(context, builder, xsum_t, xsum, builder.add(j, ir.Constant(i64, r)))[0]
                       for r in range(rows)]
             fma = declare(builder, f"llvm.fma.v{width}f32", fvec, fvec, fvec, fvec)
-            total = [cgutils.alloca_once_value(builder, ir.Constant(fvec, None)) for _ in range(rows)]
-            offset = [cgutils.alloca_once_value(builder, ir.Constant(f32, 0.0)) for _ in range(rows)]
+            total = [[cgutils.alloca_once_value(builder, ir.Constant(fvec, None)) for _ in range(rows)]
+                     for _ in range(weight_rows)]
+            offset = [[cgutils.alloca_once_value(builder, ir.Constant(f32, 0.0)) for _ in range(rows)]
+                      for _ in range(weight_rows)]
             blocks = builder.udiv(cols, ir.Constant(i64, INT8_BLOCK))
             with cgutils.for_range(builder, blocks) as loop:
                 start = builder.mul(loop.index, ir.Constant(i64, INT8_BLOCK))
-                sums = [ir.Constant(fvec, None)] * rows
+                sums = [[ir.Constant(fvec, None)] * rows for _ in range(weight_rows)]
                 for part in range(0, INT8_BLOCK, width):
                     at = builder.add(start, ir.Constant(i64, part))
-                    weights = builder.uitofp(load_vector(builder, q_row, at, bvec, 1), fvec)
-                    for r, x_row in enumerate(xs):
-                        sums[r] = builder.call(fma, [weights, load_vector(builder, x_row, at, fvec, 4), sums[r]])
+                    x_parts = [load_vector(builder, x_row, at, fvec, 4) for x_row in xs]
+                    for a, q_row in enumerate(q_rows):
+                        widened = builder.uitofp(load_vector(builder, q_row, at, bvec, 1), fvec)
+                        for r, x_part in enumerate(x_parts):
+                            sums[a][r] = builder.call(fma, [widened, x_part, sums[a][r]])
                 two_b = builder.mul(loop.index, ir.Constant(i64, 2))
-                low = widen_half(builder, limits, two_b)
-                high = widen_half(builder, limits, builder.add(two_b, ir.Constant(i64, 1)))
-                step = broadcast(builder, builder.fdiv(builder.fsub(high, low), ir.Constant(f32, 255.0)))
-                for r in range(rows):
-                    builder.store(builder.call(fma, [sums[r], step, builder.load(total[r])]), total[r])
-                    block_x = builder.load(builder.gep(x_sums[r], [loop.index]))
-                    builder.store(builder.fadd(builder.load(offset[r]), builder.fmul(low, block_x)), offset[r])
+                block_x = [builder.load(builder.gep(x_sum, [loop.index])) for x_sum in x_sums]
+                for a in range(weight_rows):
+                    low = widen_half(builder, limits[a], two_b)
+                    high = widen_half(builder, limits[a], builder.add(two_b, ir.Constant(i64, 1)))
+                    step = broadcast(builder, builder.fdiv(builder.fsub(high, low), ir.Constant(f32, 255.0)))
+                    for r in range(rows):
+                        builder.store(builder.call(fma, [sums[a][r], step, builder.load(total[a][r])]), total[a][r])
+                        builder.store(builder.fadd(builder.load(offset[a][r]), builder.fmul(low, block_x[r])),
+                                      offset[a][r])
             write_sums(context, builder, out_t, out, total, j, i, offset)
             return context.get_dummy_value()
 
