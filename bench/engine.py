@@ -1,7 +1,7 @@
 """Engine benchmark: our numpy backend against the reference `rwkv` package, same run.
 
-A seeded v7 checkpoint of the 0.1B shape (L12, D768, V65536) in fp32, saved once as a
-`.pth` that both engines load. Each engine runs in its own process with 2 threads:
+A seeded v7 checkpoint of the 0.1B shape (L12, D768, V65536; others with `--shape`) in
+fp32, saved once as a `.pth` that both engines load. Each engine runs in its own process with 2 threads:
 prefill tokens/s of a 512-token prompt, decode tokens/s at batch 1, 4 and 16, and the
 process's peak memory. Ours also runs on the same weights saved as a bf16 `.pth` (as RWKV
 models are released) at the precisions of `--precisions` (default bf16 and fp16, kept
@@ -22,6 +22,7 @@ both rows are printed.
 
     .venv/bin/python bench/engine.py            # needs torch==2.13.0 and rwkv==0.8.32
     .venv/bin/python bench/engine.py --quick    # a smaller model, for a smoke run
+    .venv/bin/python bench/engine.py --shape 1.5B --no-reference    # a released model's size
 
 `--llama-cpp` adds llama.cpp's rows to the same run, as an optional anchor (never in CI):
 the same fp32 weights as f16, q8_0 and q4_0 GGUF files, each against our fp32 run. The first
@@ -38,11 +39,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-CACHE = Path(__file__).resolve().parent / ".cache"
-SHAPES = {
-    "0.1B": dict(n_layer=12, n_embd=768, head_size=64, vocab=65536, lora=dict(decay=64, a=64, value=32, gate=128)),
-    "quick": dict(n_layer=4, n_embd=256, head_size=64, vocab=65536, lora=dict(decay=32, a=32, value=16, gate=64)),
-}
+from shapes import CACHE, SHAPES, bf16_checkpoint
+
 THREADS = 2
 PROMPT, DECODE_STEPS, BATCHES = 512, 32, (1, 4, 16)
 
@@ -149,18 +147,6 @@ def checkpoint(shape: str) -> tuple[Path, int]:
     return path, nbytes
 
 
-def bf16_checkpoint(shape: str) -> Path:
-    """The same seeded weights as a bf16 .pth, as RWKV models are released (made once)."""
-    from ai00_like.rwkv.formats.pth import write_pth
-    from ai00_like.rwkv.synthetic import make_checkpoint
-
-    path = CACHE / f"v7-{shape}-seed1-bf16.pth"
-    if not path.exists():
-        CACHE.mkdir(exist_ok=True)
-        write_pth(make_checkpoint("7", seed=1, **SHAPES[shape]), path, "bf16")
-    return path
-
-
 def run(code: str, path: Path, env_extra: dict, batches, blas_coretype: str | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
     env.update(BENCH_THREADS=str(THREADS), OMP_NUM_THREADS=str(THREADS), OPENBLAS_NUM_THREADS=str(THREADS), **env_extra)
@@ -187,7 +173,10 @@ def best_of_passes(figures: list[dict | None]) -> dict | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="a 4-layer D256 model instead of the 0.1B shape")
+    parser.add_argument("--shape", choices=list(SHAPES), default="0.1B",
+                        help="the seeded model's shape (default 0.1B; 1.5B takes a 6 GB fp32 file and about "
+                             "an hour)")
+    parser.add_argument("--quick", action="store_true", help="the same as --shape quick: a 4-layer D256 model")
     parser.add_argument("--no-reference", action="store_true", help="only our engine")
     parser.add_argument("--precisions", default="bf16,fp16,int8,nf4,int8+head,nf4+head",
                         help="ours also on the bf16 .pth at these precisions, int8 and nf4 quantising every "
@@ -202,7 +191,7 @@ def main() -> None:
     parser.add_argument("--no-paired", action="store_true",
                         help="skip the decode ratios measured step by step beside our fp32 in one process")
     args = parser.parse_args()
-    shape = "quick" if args.quick else "0.1B"
+    shape = "quick" if args.quick else args.shape
     path, weight_bytes = checkpoint(shape)
     pinned_coretype = os.environ.get("OPENBLAS_CORETYPE")
     precisions = list(filter(None, args.precisions.split(",")))

@@ -27,11 +27,8 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-CACHE = Path(__file__).resolve().parent / ".cache"
-SHAPES = {
-    "1.5B": dict(n_layer=24, n_embd=2048, head_size=64, vocab=65536, lora=dict(decay=96, a=96, value=64, gate=256)),
-    "0.4B": dict(n_layer=24, n_embd=1024, head_size=64, vocab=65536, lora=dict(decay=64, a=64, value=32, gate=128)),
-}
+from shapes import CACHE, SHAPES, bf16_checkpoint
+
 THREADS = 2
 MAX_BATCH = 4
 
@@ -63,19 +60,6 @@ print(json.dumps(memory()))
 """
 
 
-def checkpoint(shape: str, n_layer: int | None = None) -> Path:
-    """The seeded bf16 `.pth` of `shape` (made once), or of its first `n_layer` layers."""
-    from ai00_like.rwkv.formats.pth import write_pth
-    from ai00_like.rwkv.synthetic import make_checkpoint
-
-    dims = dict(SHAPES[shape], **({"n_layer": n_layer} if n_layer else {}))
-    path = CACHE / f"v7-{shape}{f'-L{n_layer}' if n_layer else ''}-seed1-bf16.pth"
-    if not path.exists():
-        CACHE.mkdir(exist_ok=True)
-        write_pth(make_checkpoint("7", seed=1, **dims), path, "bf16")
-    return path
-
-
 def run(code: str, *args: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
     env.update(OMP_NUM_THREADS=str(THREADS), OPENBLAS_NUM_THREADS=str(THREADS), NUMBA_NUM_THREADS=str(THREADS))
@@ -101,9 +85,9 @@ CONVERSIONS = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shape", choices=sorted(SHAPES), default="1.5B")
+    parser.add_argument("--shape", choices=["0.4B", "1.5B"], default="1.5B")
     args = parser.parse_args()
-    path = checkpoint(args.shape)
+    path = bf16_checkpoint(args.shape)
     size = path.stat().st_size
     gib = 2**30
     print(f"v7 {args.shape} as a bf16 .pth: N = {size / gib:.2f} GiB")
@@ -111,7 +95,7 @@ def main() -> None:
 
     # What the runtime keeps whatever the model (numba's kernels, libraries, a few states):
     # the same shape with one layer, less that layer's and the head's weights.
-    small = run(LOAD, str(checkpoint(args.shape, n_layer=1)), "{}")
+    small = run(LOAD, str(bf16_checkpoint(args.shape, n_layer=1)), "{}")
     runtime = small["VmRSS"] - small["weights"]
     print(f"runtime (1-layer model less its weights): {runtime / 2**20:.0f} MiB")
     print(f"{'':26}{'peak GiB':>10}{'peak / N':>10}{'resident GiB':>14}{'weights GiB':>13}{'(res. - runtime) / weights':>28}")

@@ -89,13 +89,15 @@ def test_the_vector_kernels_equal_the_scalar_ones(kind, rows):
 
 
 @pytest.mark.parametrize("kind", ["int8", "nf4"])
-def test_a_long_row_of_x_is_read_once_for_four_weight_rows(kind):
-    """One row of x longer than ROW_X_BYTES (a 1.5B model's FFN value matrix takes 7,168
-    inputs) goes through the vector code for four weight rows (37 end on a block of one)."""
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5])
+def test_long_rows_of_x_are_read_once_for_four_weight_rows(kind, rows):
+    """Up to 4 rows of x longer than ROW_X_BYTES (a 1.5B model's FFN value matrix takes
+    7,168 inputs) go through the vector code for four weight rows (37 end on a block of
+    one); 5 rows through the code for one weight row."""
     from ai00_like.rwkv.cpu.skinny import ROW_X_BYTES
 
     assert 7168 * 4 > ROW_X_BYTES
-    (vector, scalar), _ = run_both_kernels(kind, 1, cols=7168)
+    (vector, scalar), _ = run_both_kernels(kind, rows, cols=7168)
     assert np.isfinite(vector).all()
     np.testing.assert_allclose(vector, scalar, rtol=1e-5, atol=1e-5 * np.abs(scalar).max())
 
@@ -167,7 +169,7 @@ def test_the_avx2_kernels_equal_the_scalar_ones_too(tmp_path):
         "widened_nf4_rows_equal_the_dequantised_matrix()\n"
         "for kind in ('int8', 'nf4'):\n"
         "    for rows, cols in ((1, 640), (2, 640), (3, 640), (4, 640), (5, 640), (6, 640), (7, 640), (8, 640),\n"
-        "                       (9, 640), (16, 640), (1, 7168)):\n"
+        "                       (9, 640), (16, 640), (1, 7168), (3, 7168)):\n"
         "        (a, b), _ = run_both_kernels(kind, rows, cols=cols)\n"
         "        assert np.abs(a - b).max() <= 1e-5 * np.abs(b).max(), (kind, rows, cols)\n"
         "print('same')\n")
