@@ -102,13 +102,14 @@ def _bf16(w: np.ndarray) -> np.ndarray:
     return f32_to_bf16(w)
 
 
+@pytest.mark.parametrize("in_dim", [7168, 7167])
 @pytest.mark.parametrize("store", ["fp32", "bf16", "fp16"])
-def test_a_long_row_of_x_is_multiplied_four_weight_rows_at_a_time(store):
+def test_a_long_row_of_x_is_multiplied_four_weight_rows_at_a_time(store, in_dim):
     # A row of x longer than ROW_X_BYTES (a 1.5B model's FFN value matrix takes 7,168
-    # inputs) is read once for every four weight rows; 37 outputs end on a block of one.
+    # inputs) is read once for every four weight rows; 37 outputs end on a block of one
+    # (and bf16's pairs of weights on an odd one out with 7,167 inputs).
     from ai00_like.rwkv.cpu.skinny import ROW_X_BYTES
 
-    in_dim = 7168
     assert in_dim * 4 > ROW_X_BYTES
     rng = np.random.default_rng(11)
     x = rng.standard_normal((1, in_dim), dtype=np.float32)
@@ -117,6 +118,25 @@ def test_a_long_row_of_x_is_multiplied_four_weight_rows_at_a_time(store):
     got = ops.linear(x, w)
     want = x.astype(np.float64) @ _as_f64(w).T
     assert got.shape == (1, 37) and got.dtype == np.float32
+    assert np.abs(got - want).max() <= 1e-5 * np.sqrt(in_dim) * np.abs(x).max() * np.abs(w32).max() * 4
+
+
+@pytest.mark.parametrize("in_dim", [64, 9, 1])
+@pytest.mark.parametrize("store", ["fp32", "bf16", "fp16"])
+def test_weights_read_in_pairs_give_the_widened_product(store, in_dim):
+    # bf16's one-row products read weights two by two (intrinsics.weight_pair: one 32-bit
+    # word for bf16); the pairs of the other forms are the same two weights widened.
+    from ai00_like.rwkv.cpu.skinny import kernel_view, pair_row_times_row
+
+    rng = np.random.default_rng(in_dim)
+    x = rng.standard_normal((1, in_dim), dtype=np.float32)
+    w32 = rng.standard_normal((5, in_dim), dtype=np.float32)
+    w = {"fp32": w32, "bf16": _bf16(w32), "fp16": w32.astype(np.float16)}[store]
+    x_even, x_odd = np.ascontiguousarray(x[0, 0:in_dim - in_dim % 2:2]), np.ascontiguousarray(x[0, 1::2])
+    got = np.zeros((1, 5), dtype=np.float32)
+    for n in range(5):
+        pair_row_times_row(kernel_view(w), n, x, x_even, x_odd, got, n)
+    want = x.astype(np.float64) @ _as_f64(w).T
     assert np.abs(got - want).max() <= 1e-5 * np.sqrt(in_dim) * np.abs(x).max() * np.abs(w32).max() * 4
 
 

@@ -2,6 +2,11 @@
 
 * `widen(w)`: one weight as float32, from fp32 (as is), fp16 (its uint16 bits: vcvtph2ps)
   or bf16 (its int16 bits: the top half of a float32, a shift).
+* `weight_pair(W, n, t)`: weights 2t and 2t + 1 of row n of W as two float32s. For bf16
+  one 32-bit load: the low half shifted up and the high half with the low one cleared, no
+  lane-crossing zero-extension (skinny.py's one-row products read bf16 this way).
+* `holds_bf16(W)`: whether W holds bf16 bit patterns, a constant of the compiled code (a
+  branch on it is left out of the other types' kernels).
 * `prefetch_array(A)`: ask for all of a C-contiguous array A ahead of its use, for small
   arrays a kernel needs after a stretch of streaming (fused7.py: a layer's vectors and
   WKV state). The weights themselves are left to the hardware prefetchers: every kernel
@@ -23,6 +28,8 @@ class Tools(NamedTuple):
     jit: Any
     prange: Any
     widen: Any
+    weight_pair: Any
+    holds_bf16: Any
     prefetch_array: Any
     exp: Any
 
@@ -51,6 +58,40 @@ def build():
                 return builder.bitcast(wide, ir.FloatType())
             return types.float32(w), bf16
         return None
+
+    @intrinsic
+    def weight_pair(typingctx, W, n, t):
+        if not (isinstance(W, types.Array) and W.ndim == 2 and W.dtype in (types.float32, types.uint16, types.int16)):
+            return None
+        pair = types.UniTuple(types.float32, 2)
+        f32, i8, i32, i64 = ir.FloatType(), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+
+        def codegen(context, builder, sig, args):
+            array = context.make_array(sig.args[0])(context, builder, args[0])
+            row_stride = cgutils.unpack_tuple(builder, array.strides, 2)[0]
+            item = ir.Constant(i64, sig.args[0].dtype.bitwidth // 8)
+            offset = builder.add(builder.mul(builder.sext(args[1], i64), row_stride),
+                                 builder.mul(builder.sext(args[2], i64), builder.mul(item, ir.Constant(i64, 2))))
+            address = builder.gep(builder.bitcast(array.data, i8.as_pointer()), [offset])
+            if sig.args[0].dtype == types.int16:  # one 32-bit load (align 2: rows of odd length)
+                word = builder.load(builder.bitcast(address, i32.as_pointer()), align=2)
+                even = builder.bitcast(builder.shl(word, ir.Constant(i32, 16)), f32)
+                odd = builder.bitcast(builder.and_(word, ir.Constant(i32, 0xFFFF0000)), f32)
+            elif sig.args[0].dtype == types.uint16:
+                first = builder.bitcast(address, ir.HalfType().as_pointer())
+                even, odd = (builder.fpext(builder.load(builder.gep(first, [ir.Constant(i32, i)])), f32) for i in (0, 1))
+            else:
+                first = builder.bitcast(address, f32.as_pointer())
+                even, odd = (builder.load(builder.gep(first, [ir.Constant(i32, i)])) for i in (0, 1))
+            return context.make_tuple(builder, pair, (even, odd))
+        return pair(W, n, t), codegen
+
+    @intrinsic
+    def holds_bf16(typingctx, W):
+        if not isinstance(W, types.Array):
+            return None
+        answer = W.dtype == types.int16
+        return types.boolean(W), lambda context, builder, sig, args: context.get_constant(types.boolean, answer)
 
     @intrinsic
     def prefetch(typingctx, flat, index):
@@ -99,4 +140,4 @@ def build():
             return builder.select(builder.fcmp_unordered("uno", args[0], args[0]), args[0], value)  # nan stays nan
         return types.float32(x), codegen
 
-    return Tools(jit, prange, widen, prefetch_array, exp)
+    return Tools(jit, prange, widen, weight_pair, holds_bf16, prefetch_array, exp)

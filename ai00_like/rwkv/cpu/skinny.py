@@ -19,7 +19,8 @@ the 0.1B shape's bf16 batch 4 decoded 187–189 → 226–237 tokens/s and batch
 
 Decoding reads every weight once per step, so its speed is the memory bandwidth divided by
 the weights' bytes: 16-bit weights are widened to fp32 in registers as they are read
-(intrinsics.widen: vcvtph2ps for fp16, a shift for bf16) and decode up to twice as fast as fp32 ones.
+(intrinsics.widen: vcvtph2ps for fp16, a shift for bf16; at one row of x bf16 is read in
+pairs, `pair_row_times_row`) and decode up to twice as fast as fp32 ones.
 numba has no 16-bit float types, so 16-bit weights enter the kernels as integer arrays of
 their bit patterns, told apart by signedness: uint16 holds IEEE fp16, int16 holds bf16
 (`kernel_view`).
@@ -52,7 +53,7 @@ def kernel_view(weight: np.ndarray) -> np.ndarray:
 # differently in every process, so a kernel nested in a builder was compiled anew at every
 # start (a few seconds, and tens of MiB of LLVM's memory kept).
 prange = range
-widen = block4 = None  # intrinsics.py's and vector_dots.py's, where numba is
+widen = weight_pair = holds_bf16 = block4 = None  # intrinsics.py's and vector_dots.py's, where numba is
 # Rows ahead of the block being multiplied whose weights a multi-row product asks for.
 AHEAD_ROWS = 16
 # The longest x, in bytes, that a one-row product reads once for each weight row: a longer
@@ -64,14 +65,15 @@ ROW_X_BYTES = 24 << 10
 def skinny(W, x, out):  # pragma: no cover - compiled by numba
     N = W.shape[0]
     M, K = x.shape
-    if M == 1 and K * 4 <= ROW_X_BYTES:
-        # One row of x: a dot product per weight row, each task's rows one sequential
-        # stream. Four rows at a time (below) read four rows' streams side by side: on
-        # two Zen 4 cores 23-26 GB/s, against 31-40 row by row (0.1B's shapes).
-        for n in prange(N):
-            row_times_x(W, n, x, out, n)
-        return
     if M == 1:
+        x_even, x_odd = x_halves(W, x)
+        if K * 4 <= ROW_X_BYTES:
+            # A dot product per weight row, each task's rows one sequential stream. Four
+            # rows at a time (below) read four rows' streams side by side: on two Zen 4
+            # cores 23-26 GB/s, against 31-40 row by row (0.1B's shapes).
+            for n in prange(N):
+                one_row(W, n, x, x_even, x_odd, out, n)
+            return
         # A long x no longer stays in L1 beside the weights streaming through, and each
         # weight row read it again from L2 (bf16: twice the weights' bytes). Four rows a
         # read of x, from memory on two Zen 4 cores: K = 7,168 (1.5B's FFN) bf16 24.6 →
@@ -81,10 +83,10 @@ def skinny(W, x, out):  # pragma: no cover - compiled by numba
         for quad in prange((N + 3) // 4):
             first = quad * 4
             if first + 4 <= N:
-                four_rows_times_row(W, first, x, 0, out, first)
+                four_rows_one_row(W, first, x, x_even, x_odd, out, first)
             else:
                 for last in range(first, N):
-                    row_times_x(W, last, x, out, last)
+                    one_row(W, last, x, x_even, x_odd, out, last)
         return
     groups = M // 4
     span = max(64, 4 * K * W.itemsize // max(1, groups))  # a group's share of a block to ask for
@@ -107,13 +109,86 @@ def three_products(W1, x1, out1, W2, x2, out2, W3, x3, out3):  # pragma: no cove
     """out_i = x_i · W_iᵀ for three matrices and one row each, in one parallel launch: a
     launch costs microseconds to start and to end, and v7's layer has 14 small products."""
     N1, N2, N3 = W1.shape[0], W2.shape[0], W3.shape[0]
+    even1, odd1 = x_halves(W1, x1)
+    even2, odd2 = x_halves(W2, x2)
+    even3, odd3 = x_halves(W3, x3)
     for n in prange(N1 + N2 + N3):
         if n < N1:
-            row_times_x(W1, n, x1, out1, n)
+            one_row(W1, n, x1, even1, odd1, out1, n)
         elif n < N1 + N2:
-            row_times_x(W2, n - N1, x2, out2, n - N1)
+            one_row(W2, n - N1, x2, even2, odd2, out2, n - N1)
         else:
-            row_times_x(W3, n - N1 - N2, x3, out3, n - N1 - N2)
+            one_row(W3, n - N1 - N2, x3, even3, odd3, out3, n - N1 - N2)
+
+
+def x_halves(W, x):  # pragma: no cover - compiled by numba
+    """x's even and odd inputs (x[0, 0::2], x[0, 1::2]) where `one_row` and
+    `four_rows_one_row` multiply W's weights in pairs (bf16); x[0] twice, unused, otherwise."""
+    if holds_bf16(W):
+        half = x.shape[1] // 2
+        x_even, x_odd = np.empty(half, dtype=np.float32), np.empty(half, dtype=np.float32)
+        for t in range(half):
+            x_even[t], x_odd[t] = x[0, 2 * t], x[0, 2 * t + 1]
+        return x_even, x_odd
+    return x[0], x[0]
+
+
+def one_row(W, w, x, x_even, x_odd, out, n):  # pragma: no cover - compiled by numba
+    """out[0, n] = x · W[w] for one row of x."""
+    if holds_bf16(W):
+        pair_row_times_row(W, w, x, x_even, x_odd, out, n)
+    else:
+        row_times_x(W, w, x, out, n)
+
+
+def four_rows_one_row(W, w, x, x_even, x_odd, out, n):  # pragma: no cover - compiled by numba
+    """out[0, n : n + 4] = x · W[w : w + 4]ᵀ for one row of x."""
+    if holds_bf16(W):
+        four_pair_rows_times_row(W, w, x, x_even, x_odd, out, n)
+    else:
+        four_rows_times_row(W, w, x, 0, out, n)
+
+
+def pair_row_times_row(W, w, x, x_even, x_odd, out, n):  # pragma: no cover - compiled by numba
+    """out[0, n] = x · W[w], W's weights read in pairs: for bf16 from one 32-bit word each
+    (intrinsics.weight_pair), multiplied with x split into even and odd inputs once a
+    product. Widened one by one, 16 bf16 weights take a lane-crossing zero-extension and a
+    shift besides their multiply-add, and that work held bf16 at one row of x to about as
+    many weights a second as fp32 (12.7 and 15 billion on two cores); in pairs 32 weights
+    take a shift and an AND. 0.1B shape at batch 1, old and new processes alternating: bf16
+    9.6-12.1 → 8.4-10.2 ms a token, against fp32 in the same process 1.51-1.76 → 1.73-1.90
+    times as fast; 1.5B, streaming from memory, 1.68-1.74 → 1.74-1.76."""
+    K = W.shape[1]
+    s = np.float32(0.0)
+    for t in range(K // 2):
+        even, odd = weight_pair(W, w, t)
+        s += even * x_even[t] + odd * x_odd[t]
+    for k in range(K // 2 * 2, K):  # an odd K's last weight
+        s += widen(W[w, k]) * x[0, k]
+    out[0, n] = s
+
+
+def four_pair_rows_times_row(W, w, x, x_even, x_odd, out, n):  # pragma: no cover - compiled by numba
+    """out[0, n : n + 4] = x · W[w : w + 4]ᵀ, as pair_row_times_row."""
+    K = W.shape[1]
+    s0 = s1 = s2 = s3 = np.float32(0.0)
+    for t in range(K // 2):
+        xe, xo = x_even[t], x_odd[t]
+        e0, o0 = weight_pair(W, w, t)
+        e1, o1 = weight_pair(W, w + 1, t)
+        e2, o2 = weight_pair(W, w + 2, t)
+        e3, o3 = weight_pair(W, w + 3, t)
+        s0 += e0 * xe + o0 * xo
+        s1 += e1 * xe + o1 * xo
+        s2 += e2 * xe + o2 * xo
+        s3 += e3 * xe + o3 * xo
+    for k in range(K // 2 * 2, K):
+        xk = x[0, k]
+        s0 += widen(W[w, k]) * xk
+        s1 += widen(W[w + 1, k]) * xk
+        s2 += widen(W[w + 2, k]) * xk
+        s3 += widen(W[w + 3, k]) * xk
+    out[0, n], out[0, n + 1], out[0, n + 2], out[0, n + 3] = s0, s1, s2, s3
 
 
 def row_times_x(W, w, x, out, n):  # pragma: no cover - compiled by numba
@@ -209,11 +284,15 @@ def widen_rows(weight: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 _tools = intrinsics.build()
 if _tools is not None:
-    prange, widen = _tools.prange, _tools.widen
-    row_times_x = _tools.jit(parallel=False, inline="always")(row_times_x)
-    four_rows_times_four = _tools.jit(parallel=False, inline="always")(four_rows_times_four)
-    four_rows_times_row = _tools.jit(parallel=False, inline="always")(four_rows_times_row)
-    four_rows_times_x = _tools.jit(parallel=False, inline="always")(four_rows_times_x)
+    prange, widen, weight_pair, holds_bf16 = _tools.prange, _tools.widen, _tools.weight_pair, _tools.holds_bf16
+    inlined = _tools.jit(parallel=False, inline="always")
+    row_times_x = inlined(row_times_x)
+    pair_row_times_row, four_pair_rows_times_row = inlined(pair_row_times_row), inlined(four_pair_rows_times_row)
+    x_halves, one_row, four_rows_one_row = inlined(x_halves), inlined(one_row), inlined(four_rows_one_row)
+    four_rows_times_four = inlined(four_rows_times_four)
+    four_rows_times_row = inlined(four_rows_times_row)
+    four_rows_times_x = inlined(four_rows_times_x)
+
     _vector = vector_dots.build()
     block4 = _vector.block4 if _vector is not None and _vector.block4 is not None else four_rows_times_four
     skinny = _tools.jit(skinny)
