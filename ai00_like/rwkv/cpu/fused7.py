@@ -30,7 +30,7 @@ from . import intrinsics
 from .jit import LAUNCH
 from .batched import block_kernel
 from .int8 import INT8_BLOCK, PackedInt8, int8_kernel
-from .nf4 import PackedNF4, nf4_kernel
+from .nf4 import PackedNF4, nf4_kernel, x_by_code
 from .ops import GN_EPS, LN_EPS, PACKED_DIRECT_ROWS
 from .skinny import kernel_view, skinny_kernel, three_products
 
@@ -256,15 +256,10 @@ if _tools is not None:
             return product
         if isinstance(W, numba.types.BaseTuple) and len(W) == 3:
             def product(W, x, out):
-                M, K = x.shape
-                if M >= NF4_DIRECT_ROWS:
+                if x.shape[0] >= NF4_DIRECT_ROWS:
                     block_kernel(W, x, out)
                     return
-                even, odd = np.empty((M, K // 2), dtype=np.float32), np.empty((M, K // 2), dtype=np.float32)
-                for m in range(M):
-                    for t in range(K // 2):
-                        even[m, t], odd[m, t] = x[m, 2 * t], x[m, 2 * t + 1]
-                nf4_kernel(W[0], W[1], W[2], even, odd, out)
+                nf4_kernel(W[0], W[1], W[2], x_by_code(x), out)
             return product
         return None
 

@@ -9,6 +9,8 @@ the CPU can do, each for its own reason:
   Int8). A vector CPU indexes a 16-entry table faster with a permute of a register that
   holds it: with AVX-512 one `vpermps` of 16 floats looks up 16 codes; with AVX2, two
   permutes of 8 floats and a blend on the code's top bit do the same (15–20 billion).
+  The codes are read as the 32-bit words quant.py packs them in, eight to a word, and
+  code c of every lane is a shift away (nf4.py).
 * Int8: a weight is low + step · q for a byte q; the bytes are widened to floats a vector
   at a time (`vpmovzxbd`, `vcvtdq2ps`) and multiplied with x in the same registers.
 
@@ -19,12 +21,12 @@ tiles).
 `nf4(rows, weight_rows=1)` and `int8(rows, weight_rows=1)` give intrinsics, callable from
 numba-compiled code, that compute for weight rows i… and `rows` consecutive rows j… of x
 
-    NF4:  out[j + r, i] = Σ_b absmax[i, b] · Σ_t (L[lo_t] · x_even[j + r, t] + L[hi_t] · x_odd[j + r, t])
+    NF4:  out[j + r, i] = Σ_chunks Σ_c L[word >> 4c] · x[j + r, chunk's vector c] · absmax
+          (x as nf4.x_by_code arranges it, each lane scaled by its block's absmax)
     Int8: out[j + r, i] = Σ_b (step_b · Σ_k q_k · x[j + r, k] + low_b · xsum[j + r, b])
 
-(an NF4 byte t holds codes 2t and 2t + 1; with several weight rows, the same for each
-i + a), each widened vector of weights serving all `rows` rows of x and each vector of x
-all the weight rows. The arithmetic is the scalar kernels', fp32 multiply-adds of the same
+(with several weight rows, the same for each i + a), each widened vector of weights
+serving all `rows` rows of x and each vector of x all the weight rows. The arithmetic is the scalar kernels', fp32 multiply-adds of the same
 weights and activations, summed in another order.
 
 `build()` is None where the CPU has neither AVX-512 nor AVX2 with FMA, or without numba;
@@ -43,7 +45,7 @@ INT8_BLOCK = 128  # weights of an Int8 block, a byte each
 
 
 class Kernels(NamedTuple):
-    nf4: Any  # (rows, weight_rows=1) → intrinsic(q, absmax, levels, x_even, x_odd, i, j, out)
+    nf4: Any  # (rows, weight_rows=1) → intrinsic(q, absmax, levels, x, i, j, out)
     int8: Any  # (rows, weight_rows=1) → intrinsic(q, bounds, x, xsum, i, j, out)
     nf4_row: Any  # intrinsic(q, absmax, levels, i, out, r): out[r] = row i widened to fp32
     block4: Any  # intrinsic(W, w, x, j, out, n, P, ahead, lo, span), AVX-512 only (else None)
@@ -139,53 +141,76 @@ def build():
 
     def nf4_dot(rows: int, weight_rows: int = 1):
         def codegen(context, builder, sig, args):
-            q_t, absmax_t, levels_t, even_t, odd_t, _, _, out_t = sig.args
-            q, absmax, levels, even, odd, i, j, out = args
+            q_t, absmax_t, levels_t, x_t, out_t = sig.args[:4] + sig.args[-1:]
+            q, absmax, levels, x, i, j, out = args
             weights = [builder.add(i, ir.Constant(i64, a)) for a in range(weight_rows)]
-            q_rows = [row_pointer(context, builder, q_t, q, w)[0] for w in weights]
+            words = [builder.bitcast(row_pointer(context, builder, q_t, q, w)[0], ivec.as_pointer()) for w in weights]
             _, (_, half) = row_pointer(context, builder, q_t, q, i)
             scales = [row_pointer(context, builder, absmax_t, absmax, w)[0] for w in weights]
-            xs = [(row_pointer(context, builder, even_t, even, builder.add(j, ir.Constant(i64, r)))[0],
-                   row_pointer(context, builder, odd_t, odd, builder.add(j, ir.Constant(i64, r)))[0])
-                  for r in range(rows)]
+            xs = [builder.bitcast(row_pointer(context, builder, x_t, x, builder.add(j, ir.Constant(i64, r)))[0],
+                                  fvec.as_pointer()) for r in range(rows)]
             lookup = lookup_with(builder, context.make_array(levels_t)(context, builder, levels).data)
             fma = declare(builder, f"llvm.fma.v{width}f32", fvec, fvec, fvec, fvec)
             total = [[cgutils.alloca_once_value(builder, ir.Constant(fvec, None)) for _ in range(rows)]
                      for _ in range(weight_rows)]
-            nibble, four = splat(15, ivec), splat(4, ivec)
-            blocks = builder.udiv(half, ir.Constant(i64, NF4_BLOCK_BYTES))
-            with cgutils.for_range(builder, blocks) as loop:
-                start = builder.mul(loop.index, ir.Constant(i64, NF4_BLOCK_BYTES))
+            nibble = splat(15, ivec)
+
+            def chunk(index, codes_of, scale_of):
+                """A chunk's share of every sum: code c of each lane's word times x's vector c."""
                 sums = [[ir.Constant(fvec, None)] * rows for _ in range(weight_rows)]
-                for part in range(0, NF4_BLOCK_BYTES, width):
-                    at = builder.add(start, ir.Constant(i64, part))
-                    x_parts = [(load_vector(builder, x_even, at, fvec, 4), load_vector(builder, x_odd, at, fvec, 4))
-                               for x_even, x_odd in xs]
-                    for a, q_row in enumerate(q_rows):
-                        codes = builder.zext(load_vector(builder, q_row, at, bvec, 1), ivec)
-                        w_even = lookup(builder.and_(codes, nibble))
-                        w_odd = lookup(builder.lshr(codes, four))
-                        for r, (x_even, x_odd) in enumerate(x_parts):
-                            sums[a][r] = builder.call(fma, [w_even, x_even, sums[a][r]])
-                            sums[a][r] = builder.call(fma, [w_odd, x_odd, sums[a][r]])
+                packed = [codes_of(w) for w in words]
+                for c in range(8):
+                    at = builder.add(builder.mul(index, ir.Constant(i64, 8)), ir.Constant(i64, c))
+                    x_parts = [builder.load(builder.gep(x_row, [at]), align=4) for x_row in xs]
+                    for a, word in enumerate(packed):
+                        w = lookup(builder.and_(builder.lshr(word, splat(4 * c, ivec)), nibble))
+                        for r, x_part in enumerate(x_parts):
+                            sums[a][r] = builder.call(fma, [w, x_part, sums[a][r]])
                 for a in range(weight_rows):
-                    scale = broadcast(builder, widen_half(builder, scales[a], loop.index))
+                    scale = scale_of(scales[a])
                     for r in range(rows):
                         builder.store(builder.call(fma, [sums[a][r], scale, builder.load(total[a][r])]), total[a][r])
+
+            # A chunk is `width` words: one block of 64 weights with AVX2, two with AVX-512.
+            blocks = builder.udiv(half, ir.Constant(i64, NF4_BLOCK_BYTES))
+            chunks = builder.udiv(blocks, ir.Constant(i64, width // 8))
+            with cgutils.for_range(builder, chunks) as loop:
+                first = builder.mul(loop.index, ir.Constant(i64, width // 8))
+                chunk(loop.index, lambda w: builder.load(builder.gep(w, [loop.index]), align=1),
+                      lambda scale: block_scales(builder, scale, first))
+            if width == 16:  # an odd number of blocks: the last one in the low lanes, x zero above
+                odd = builder.icmp_unsigned("!=", builder.mul(chunks, ir.Constant(i64, 2)), blocks)
+                with builder.if_then(odd, likely=False):
+                    last = builder.sub(blocks, ir.Constant(i64, 1))
+                    eight = ir.VectorType(i32, 8)
+
+                    def low_half(w):
+                        part = builder.load(builder.bitcast(builder.gep(w, [chunks]), eight.as_pointer()), align=1)
+                        return builder.shuffle_vector(part, ir.Constant(eight, None), ir.Constant(ivec, list(range(16))))
+                    chunk(chunks, low_half, lambda scale: broadcast(builder, widen_half(builder, scale, last)))
             write_sums(context, builder, out_t, out, total, j, i)
             return context.get_dummy_value()
 
         @intrinsic
-        def dot(typingctx, q, absmax, levels, x_even, x_odd, i, j, out):
-            arrays = (q, absmax, levels, x_even, x_odd)
+        def dot(typingctx, q, absmax, levels, x, i, j, out):
+            arrays = (q, absmax, levels, x)
             if any(not isinstance(a, types.Array) or a.layout != "C" for a in arrays):
                 return None
-            if (q.dtype, absmax.dtype, levels.dtype, x_even.dtype, x_odd.dtype) != \
-                    (types.uint8, types.uint16, types.float32, types.float32, types.float32):
+            if (q.dtype, absmax.dtype, levels.dtype, x.dtype) != (types.uint8, types.uint16, types.float32, types.float32):
                 return None
-            return types.void(q, absmax, levels, x_even, x_odd, types.int64, types.int64, out), codegen
+            return types.void(q, absmax, levels, x, types.int64, types.int64, out), codegen
 
         return dot
+
+    def block_scales(builder, scales, first):
+        """The scales of the blocks a chunk's lanes hold, widened: block `first`'s in every
+        lane (AVX2), or in the low 8 lanes and block first + 1's in the high 8 (AVX-512)."""
+        if width == 8:
+            return broadcast(builder, widen_half(builder, scales, first))
+        pair = ir.VectorType(ir.HalfType(), 2)
+        two = builder.fpext(builder.load(builder.bitcast(builder.gep(scales, [first]), pair.as_pointer()), align=2),
+                            ir.VectorType(f32, 2))
+        return builder.shuffle_vector(two, ir.Constant(ir.VectorType(f32, 2), None), ir.Constant(ivec, [0] * 8 + [1] * 8))
 
     def nf4_row_codegen(context, builder, sig, args):
         q_t, absmax_t, levels_t, _, out_t, _ = sig.args
