@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from hub_helpers import StandInHub, free_port
+from hub_helpers import StandInHub, free_port, run_pull
 
 from ai00_like.hub.catalogue import load_catalogue, resolve
 
@@ -30,10 +30,7 @@ def hub():
 
 
 def pull(endpoint: str, name: str, folder, home) -> subprocess.CompletedProcess:
-    env = dict(os.environ, HF_ENDPOINT=endpoint, HF_HOME=str(home), HF_HUB_DISABLE_TELEMETRY="1",
-               HF_HUB_DISABLE_PROGRESS_BARS="1")
-    return subprocess.run([sys.executable, "-m", "ai00_like", "pull", name, "--dir", str(folder)], env=env,
-                          capture_output=True, text=True, timeout=120)
+    return run_pull(endpoint, name, folder, home)
 
 
 def test_the_catalogue_is_well_formed():

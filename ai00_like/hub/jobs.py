@@ -1,5 +1,7 @@
 """Downloads the server runs for the web page (POST /admin/models/pull): each pull in a
-thread of its own, its progress read off the size of its partial file."""
+thread of its own, its progress read off the size of its partial file. What can be refused
+at once is, before any thread starts: a bad name, a file the hub does not have, a hub that
+cannot be asked, a disk without room for the file."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .catalogue import Model, resolve
-from .download import PullError, hub_file, partial_path, pull
+from .download import PullError, check_room, hub_file, partial_path, pull
 
 
 @dataclass
@@ -33,10 +35,12 @@ class Downloads:
 
     def start(self, name: str) -> Job:
         """A new download of `name` (an alias or REPO/FILE), or the one already running for
-        that file. Raises catalogue.UnknownModel, and PullError when the hub cannot be asked
-        or has no such file (asked here, before anything starts; blocks for that)."""
+        that file. Raises catalogue.UnknownModel (InvalidName too), and PullError when the hub
+        cannot be asked or has no such file, or the folder's disk has no room for it (asked
+        here, before anything starts; blocks for that)."""
         repo, file, model = resolve(name)
-        hub_file(repo, file)
+        metadata, _ = hub_file(repo, file)
+        check_room(self.folder, repo, file, metadata.size)
         with self._lock:
             for job in self.jobs.values():
                 if job.status == "running" and (job.repo, job.file) == (repo, file):
@@ -49,7 +53,7 @@ class Downloads:
     def done_bytes(self, job: Job) -> int:
         if job.status == "done":
             return job.total or 0
-        part = partial_path(self.folder, job.file)
+        part = partial_path(self.folder, job.repo, job.file)
         return part.stat().st_size if part.exists() else 0
 
     def _run(self, job: Job) -> None:

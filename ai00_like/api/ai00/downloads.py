@@ -31,9 +31,9 @@ async def pull_start(request: web.Request, serving: Serving) -> Download:
         job = await asyncio.to_thread(serving.downloads.start, req.name)
     except UnknownModel as e:
         raise bad_request(str(e), "name") from None
-    except PullError as e:  # asked of the hub before starting: no such file, or no hub to ask
-        raise ApiError(404 if e.missing else 400, str(e), param="name",
-                       code="model_not_found" if e.missing else "hub_unreachable") from None
+    except PullError as e:  # before starting: no such file, no hub to ask, no room on the disk
+        code = "model_not_found" if e.missing else e.code or "hub_unreachable"
+        raise ApiError(404 if e.missing else 400, str(e), param="name", code=code) from None
     return _download(serving, job)
 
 
