@@ -164,7 +164,8 @@ def test_without_a_model_the_server_starts_and_answers_503(tmp_path):
 
 def test_api_keys_guard_the_openai_routes(tmp_path):
     write_model(tmp_path / "tiny.st")
-    with ServerThread(config_for(tmp_path, listen_extra='api_keys = ["sk-one", "sk-two"]')) as server:
+    listen = 'api_keys = ["sk-one", "sk-two"]\ncors_origins = ["http://example"]'
+    with ServerThread(config_for(tmp_path, listen_extra=listen)) as server:
         denied = server.get("/v1/models")
         assert denied.status == 401 and denied.json()["error"]["code"] == "invalid_api_key"
         SCHEMAS.check("ErrorResponse", denied.json())
@@ -178,7 +179,7 @@ def test_api_keys_guard_the_openai_routes(tmp_path):
         # Browsers' CORS preflight carries no key and must pass.
         pre = server.request("OPTIONS", "/v1/chat/completions", headers={
             "Origin": "http://example", "Access-Control-Request-Method": "POST"})
-        assert pre.status == 204 and pre.headers["access-control-allow-origin"] == "*"
+        assert pre.status == 204 and pre.headers["access-control-allow-origin"] == "http://example"
 
 
 def test_web_page_is_served_from_a_folder_or_zip(tmp_path):

@@ -212,21 +212,36 @@ def test_cors_answers_preflights_from_the_configured_origins(model_dir):
         assert "POST" in pre.headers["access-control-allow-methods"]
         other = server.request("OPTIONS", "/v1/chat/completions", headers={
             "Origin": "http://evil.example", "Access-Control-Request-Method": "POST"})
-        assert "access-control-allow-origin" not in other.headers
+        assert other.status == 403 and "access-control-allow-origin" not in other.headers
         ok = server.get("/v1/models", headers={"Origin": "http://app.example", "Authorization": "Bearer sk-user"})
         assert ok.status == 200 and ok.headers["access-control-allow-origin"] == "http://app.example"
         assert "x-request-id" in ok.headers["access-control-expose-headers"].lower()
         denied = server.get("/v1/models", headers={"Origin": "http://evil.example", "Authorization": "Bearer sk-user"})
-        assert "access-control-allow-origin" not in denied.headers
+        assert denied.status == 403 and "access-control-allow-origin" not in denied.headers
 
 
-def test_cors_default_allows_any_origin(model_dir):
+def test_cors_default_allows_only_the_servers_own_origins(model_dir):
     with ServerThread(config_for(model_dir)) as server:
+        for origin in (f"http://127.0.0.1:{server.port}", f"http://localhost:{server.port}"):
+            pre = server.request("OPTIONS", "/v1/models", headers={
+                "Origin": origin, "Access-Control-Request-Method": "GET",
+                "Access-Control-Request-Headers": "Authorization"})
+            assert pre.status == 204 and pre.headers["access-control-allow-origin"] == origin
+            assert pre.headers["vary"] == "Origin"
+            assert pre.headers["access-control-allow-headers"].lower() == "authorization"
+        other = server.request("OPTIONS", "/v1/models", headers={
+            "Origin": "http://anywhere", "Access-Control-Request-Method": "GET"})
+        assert other.status == 403 and "access-control-allow-origin" not in other.headers
+
+
+def test_cors_star_allows_any_origin(model_dir):
+    with ServerThread(config_for(model_dir, listen_extra='cors_origins = ["*"]')) as server:
         pre = server.request("OPTIONS", "/v1/models", headers={
             "Origin": "http://anywhere", "Access-Control-Request-Method": "GET",
             "Access-Control-Request-Headers": "Authorization"})
         assert pre.status == 204 and pre.headers["access-control-allow-origin"] == "*"
-        assert pre.headers["access-control-allow-headers"].lower() == "authorization"
+        assert server.get("/v1/models", headers={"Origin": "http://anywhere"}).headers[
+            "access-control-allow-origin"] == "*"
 
 
 # ------------------------------------------------------------------------------ limits

@@ -29,7 +29,7 @@ def model_dir(tmp_path_factory):
 def raw_stream_request(port: int, body: dict) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
     data = json.dumps({**body, "stream": True}).encode()
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                  b"Content-Length: %d\r\n\r\n" % len(data) + data)
     return sock
 

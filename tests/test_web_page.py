@@ -20,13 +20,13 @@ import msgspec
 import numpy as np
 import pytest
 from api_helpers import ServerThread, config_for
+from browser_helpers import CHROMIUM, launch
 from safetensors.numpy import save_file
 
 from ai00_like.config import parse_config
 from ai00_like.rwkv.formats.safetensors import write_safetensors
 from ai00_like.rwkv.synthetic import make_state
 
-CHROMIUM = "/usr/bin/chromium"
 WWW = Path(__file__).resolve().parents[1] / "assets" / "www"
 DEMO = Path(__file__).resolve().parents[1] / "assets" / "models"
 ADMIN_KEY = "page-admin-key"
@@ -114,9 +114,7 @@ admin_key = "{ADMIN_KEY}"
 @pytest.fixture(scope="module")
 def browser():
     with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run"])
+        b = launch(p)
         yield b
         b.close()
 
