@@ -13,6 +13,7 @@ directory, which is the same thing for its usual `cd ai00 && ./ai00_server`).
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import tomllib
 import uuid
@@ -83,8 +84,12 @@ class ListenSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_body_bytes: Positive = 4 << 20
     ping_interval: Annotated[float, msgspec.Meta(gt=0)] = 1.0
     # Operations (api/auth.py, api/app.py): see config.toml for what each key does.
-    cors_origins: list[str] = msgspec.field(default_factory=lambda: ["*"])
-    max_prompt_tokens: NonNegative = 0
+    # Empty: only the server's own page (and its loopback names) may call it from a browser.
+    cors_origins: list[str] = msgspec.field(default_factory=list)
+    allowed_hosts: list[str] = msgspec.field(default_factory=list)  # Host names beyond loopback's
+    # 0: automatic (loaded.prompt_limit: what the prefix cache can checkpoint, 65,536 to 262,144
+    # tokens); -1: no limit; otherwise the limit as given.
+    max_prompt_tokens: Annotated[int, msgspec.Meta(ge=-1)] = 0
     tls_cert: str = ""
     tls_key: str = ""
     shutdown_grace: Annotated[float, msgspec.Meta(ge=0)] = 10.0
@@ -96,6 +101,9 @@ class ResponsesSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     store: bool = True  # keep responses for previous_response_id, GET /responses/{id}
     path: str = "responses"  # their folder: SQLite records and state files
     max_state_bytes: NonNegative = 1 << 30  # the states' cap; beyond it the least recently used are dropped
+    max_record_bytes: NonNegative = 256 << 20  # the records' cap (texts and token ids), least recently used go
+    ttl: Positive = 30 * 86400  # seconds a stored response lives after it was last read
+    required: bool = True  # a store that cannot be opened stops the server (false: serve without it)
 
 
 class StoreSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -267,6 +275,57 @@ def _check(config: Config) -> None:
     if bool(config.listen.tls_cert) != bool(config.listen.tls_key):
         raise ConfigError(f"{source}: listen.tls_cert and listen.tls_key: set both (TLS) or neither")
     _check_store_url(source, config.store.url)
+    _check_listen(source, config.listen)
+
+
+def _check_listen(source: str, listen: ListenSection) -> None:
+    """Values that would open the server, or could never match a request, stop it at start."""
+    for n, key in enumerate(listen.api_keys):
+        _check_key(source, f"listen.api_keys[{n}]", key)
+    if listen.admin_key:  # "" is no admin key
+        _check_key(source, "listen.admin_key", listen.admin_key)
+    for n, origin in enumerate(listen.cors_origins):
+        if origin not in ("*", "null") and not _is_origin(origin):
+            raise ConfigError(f"{source}: listen.cors_origins[{n}]: must be an origin such as 'http://localhost:3000' "
+                              f"(no path), 'null' or '*'; got {origin!r}")
+    for n, host in enumerate(listen.allowed_hosts):
+        if not _is_host_pattern(host):
+            raise ConfigError(f"{source}: listen.allowed_hosts[{n}]: must be a host name such as 'ai.example.com', "
+                              f"'.example.com' (it and its subdomains) or '*', without scheme or port; got {host!r}")
+
+
+def _check_key(source: str, where: str, key: str) -> None:
+    # An empty key would match `Authorization: Bearer ` with nothing after it: every route open.
+    if not key.strip():
+        raise ConfigError(f"{source}: {where}: empty key; remove it (an empty key would let anyone in)")
+    if key != key.strip():  # the server strips the header's token, so such a key never matches
+        raise ConfigError(f"{source}: {where}: the key begins or ends with spaces")
+
+
+def _is_origin(origin: str) -> bool:
+    try:
+        parts = urlsplit(origin)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        return False
+    return bool(parts.scheme and parts.hostname) and parts.path in ("", "/") and not (
+        parts.query or parts.fragment or parts.username or "@" in parts.netloc)
+
+
+def _is_host_pattern(host: str) -> bool:
+    if host == "*":
+        return True
+    name = host.removeprefix(".")
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    if not name or any(c.isspace() or c in "/@?#*[]" for c in name):
+        return False
+    if ":" in name:  # only an IPv6 address may hold colons; a port is not part of a host name
+        try:
+            ipaddress.IPv6Address(name)
+        except ValueError:
+            return False
+    return True
 
 
 def _check_store_url(source: str, url: str) -> None:

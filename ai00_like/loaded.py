@@ -2,7 +2,9 @@
 
 `build` assembles one from a ModelSpec (in the middleware's loading thread, while the old
 model keeps serving); the middleware then asks it to turn request text into checked token
-ids and a request's `state` field into an initial state and a prefix-cache partition.
+ids (in the vocabulary, no more than the prompt limit: `[listen] max_prompt_tokens`, or by
+default one derived from the state's size and the prefix cache's budget) and a request's
+`state` field into an initial state and a prefix-cache partition.
 """
 
 from __future__ import annotations
@@ -26,6 +28,29 @@ class PromptTooLong(ValueError):
     kind = "too_long"  # → 400 context_length_exceeded, as OpenAI answers
 
 
+# The automatic limit's bounds: the floor keeps long-context prompts working whatever the
+# cache's budget; the ceiling keeps one request's prefill from holding a slot for many minutes.
+AUTO_PROMPT_FLOOR = 65_536
+AUTO_PROMPT_CEILING = 262_144
+
+
+def auto_prompt_limit(state_bytes: int, cache_bytes: int, checkpoint_interval: int) -> int:
+    """The longest prompt whose checkpoints (one state every `checkpoint_interval` tokens) the
+    prefix cache can all keep, within [AUTO_PROMPT_FLOOR, AUTO_PROMPT_CEILING]: longer ones
+    would evict every other entry and still lose their own."""
+    kept = cache_bytes // max(state_bytes, 1) * checkpoint_interval
+    return min(max(kept, AUTO_PROMPT_FLOOR), AUTO_PROMPT_CEILING)
+
+
+def prompt_limit(spec: ModelSpec, info) -> int | None:
+    """[listen] max_prompt_tokens for this model: a positive number as given, -1 (any negative)
+    none, 0 the automatic limit from its state's size and the prefix cache's budget."""
+    if spec.max_prompt_tokens:
+        return spec.max_prompt_tokens if spec.max_prompt_tokens > 0 else None
+    state_bytes = 4 * info.n_layer * info.state_floats_per_layer  # float32, as the cache keeps it
+    return auto_prompt_limit(state_bytes, spec.cache_bytes, spec.checkpoint_interval)
+
+
 class LoadedModel:
     def __init__(self, spec: ModelSpec, model, tokenizer, states: dict[str, State], backend: Backend, *,
                  identity: str = ""):
@@ -33,6 +58,7 @@ class LoadedModel:
         self.identity = identity  # identity.weights_identity, once per load: the same on every replica
         self.name = spec.name or Path(spec.path).stem
         self.state_files: dict = {}  # (path, mtime) → State, for per-request `.state` files
+        self.prompt_limit = prompt_limit(spec, model.info)  # None: no limit
 
     def describe(self) -> ModelInfoEvent:
         cache = self.backend.cache
@@ -46,15 +72,25 @@ class LoadedModel:
     def encode(self, text: str) -> tuple[int, ...]:
         """Token ids of `text` (end-of-text for an empty one), checked against the model's vocabulary."""
         tokens = tuple(self.tokenizer.encode(text)) or (0,)
-        limit = self.spec.max_prompt_tokens
-        if limit and len(tokens) > limit:
-            raise PromptTooLong(f"The input is {len(tokens)} tokens long; this server accepts at most {limit} "
-                                "([listen] max_prompt_tokens).")
+        limit = self.prompt_limit
+        if limit is not None and len(tokens) > limit:
+            raise PromptTooLong(self._too_long(len(tokens), limit))
         if max(tokens) >= self.model.info.vocab:
             raise ValueError(f"token id {max(tokens)} is outside the model's vocabulary of "
                              f"{self.model.info.vocab}: the tokenizer does not belong to this model (give the "
                              "model's vocabulary: [tokenizer] path in config.toml, --tokenizer for generate)")
         return tokens
+
+    def _too_long(self, length: int, limit: int) -> str:
+        # The one who reads this may run the server: tell them which key to change.
+        if self.spec.max_prompt_tokens:
+            why, raise_it = "[listen] max_prompt_tokens in config.toml", "raise [listen] max_prompt_tokens"
+        else:
+            why = ("the automatic limit for this model and its prefix cache: [listen] max_prompt_tokens = 0 in "
+                   "config.toml")
+            raise_it = "set [listen] max_prompt_tokens to a larger number of tokens"
+        return (f"The input is {length} tokens long; this server accepts at most {limit} ({why}). To accept longer "
+                f"prompts, {raise_it}, or set it to -1 for no limit.")
 
     def initial_state(self, wanted) -> tuple[str, State | None]:
         """(partition, State or None) for a request's `state`: a configured state's id or name,

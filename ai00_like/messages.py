@@ -21,7 +21,7 @@ import numpy as np
 from .rwkv.info import ModelInfo
 from .rwkv.state import State
 from .rwkv.tokenizer import HFTokenizer, WorldTokenizer
-from .sampler import RequestSampler, SamplingOptions
+from .sampler import RequestSampler, SamplingOptions, TokenCounts
 
 Reply = Callable[[Any], None]
 
@@ -81,7 +81,7 @@ class ModelSpec(msgspec.Struct, frozen=True):
     checkpoint_interval: int = 256  # tokens between cache checkpoints of a long prompt
     name: str = ""  # the model id clients see; default: the file's stem
     models_dir: str = ""  # where per-request `.state` files may come from; default: the model's folder
-    max_prompt_tokens: int = 0  # longer prompts are refused (kind "too_long"); 0: no limit
+    max_prompt_tokens: int = 0  # longer prompts are refused ("too_long"); 0: automatic (loaded.prompt_limit), -1: none
     thinking: Thinking = "none"  # a reasoning model: "think" (G1), "effort" (G1 taking effort suffixes)
     reasoning_effort: Effort = "medium"  # its default effort ("none": thinking off unless asked)
 
@@ -119,6 +119,7 @@ class Generate(msgspec.Struct, frozen=True):
     stop: tuple[str, ...] = ()
     n: int = 1
     model_text: str = ""  # earlier assistant turns, which seed the repetition penalties
+    model_counts: TokenCounts | None = None  # instead of model_text: a stored conversation's (Responses)
     # The initial state: a configured state's id or name, a `.state` file in the models
     # folder, or a State given inline; None: the default state.
     state: str | State | None = None

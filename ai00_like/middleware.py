@@ -8,6 +8,8 @@ to the backend. With no model loaded every request fails at once with a clear er
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import queue
@@ -35,6 +37,18 @@ class _Swap(msgspec.Struct, frozen=True):
 class _LoadFailed(msgspec.Struct, frozen=True):
     error: str
     load: Load
+
+
+# Why writing a file can fail that the one who named its folder can fix.
+_FOLDER_ERRNOS = frozenset((errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.EACCES, errno.EPERM,
+                            errno.EROFS, errno.ENAMETOOLONG))
+
+
+def _save_failure(exc: Exception) -> Failed:
+    """A failed save as the client may read it: OSError's text names the server's path, its strerror does not."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return Failed(exc.strerror, "bad_request" if exc.errno in _FOLDER_ERRNOS else "internal")
+    return Failed(f"internal error: {type(exc).__name__}", "internal")
 
 
 class Middleware:
@@ -140,12 +154,15 @@ class Middleware:
         threading.Thread(target=work, name="model-loader", daemon=True).start()
 
     def _save(self, request: Save) -> None:
-        """Write the model in a worker thread (seconds for a large model); never over a file."""
+        """Write the model in a worker thread (seconds for a large model); never over a file.
+
+        A failure's message is the reason alone, never the server's path (the HTTP tier names
+        the path as its client gave it); the folder's faults are kind "bad_request"."""
         if (current := self._loaded(request)) is None:
             return
         tensors, target = current.model.tensors, Path(request.path)
         if target.exists():
-            request.reply(Failed(f"{target.name} exists already; saving never overwrites a file", "bad_request"))
+            request.reply(Failed("it exists already; saving never overwrites a file", "bad_request"))
             return
 
         def work():
@@ -154,9 +171,13 @@ class Middleware:
                 write_safetensors(tensors, partial, dtype=request.dtype)
                 os.replace(partial, target)  # a reader never sees a half-written file
             except Exception as exc:
-                partial.unlink(missing_ok=True)
-                log.warning("saving %s failed: %s", target, exc)
-                request.reply(Failed(f"saving {target.name} failed: {exc}", "internal"))
+                with contextlib.suppress(OSError):  # the folder that refused the file may refuse this too
+                    partial.unlink(missing_ok=True)
+                if isinstance(exc, OSError):  # the file system's answer: one line is all there is to tell
+                    log.warning("saving %s failed: %s", target, exc)
+                else:
+                    log.exception("saving %s failed", target)
+                request.reply(_save_failure(exc))
             else:
                 request.reply(Saved(str(target), target.stat().st_size))
 
@@ -209,7 +230,8 @@ class Middleware:
             tokens = request.prefix + current.encode(request.prompt)
             if any(not 0 <= t < current.model.info.vocab for t in request.prefix):
                 raise ValueError("prefix token ids must be in this model's vocabulary")
-            model_tokens = current.tokenizer.encode(request.model_text) if request.model_text else []
+            model_tokens = request.model_counts or (
+                current.tokenizer.encode(request.model_text) if request.model_text else [])
             first = RequestSampler(request.options, current.model.info.vocab, model_tokens)
         except ValueError as exc:  # SamplerError among them
             self._refuse(request, exc)

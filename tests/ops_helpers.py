@@ -108,9 +108,12 @@ class ServerProcess:
 
 
 def process_config(directory: Path, *, name: str = "tiny.st", max_batch: int = 4, grace: float = 10.0,
-                   chunk: int = 16, drain_delay: float = 0.0, replica: str = "") -> str:
-    """A config for ServerProcess: the model `name` in `directory`, loopback, quick pings."""
+                   chunk: int = 16, drain_delay: float = 0.0, replica: str = "", responses: str = "responses") -> str:
+    """A config for ServerProcess: the model `name` in `directory`, loopback, quick pings.
+    Servers sharing `directory` need a `responses` folder each (one server per store)."""
     return f"""
+[responses]
+path = "{responses}"
 [model]
 path = "{directory}"
 name = "{name}"

@@ -32,7 +32,8 @@ def free_port() -> int:
 def balancer(tmp_path_factory):
     folder = tmp_path_factory.mktemp("lb")
     write_model(folder / "tiny.st")
-    with ServerProcess(folder, process_config(folder)) as one, ServerProcess(folder, process_config(folder)) as two:
+    with ServerProcess(folder, process_config(folder, responses="responses-1")) as one, \
+            ServerProcess(folder, process_config(folder, responses="responses-2")) as two:
         port = free_port()
         config = folder / "haproxy.cfg"
         made = subprocess.run([sys.executable, "-m", "ai00_like", "lb-config", "--replica",

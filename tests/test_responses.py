@@ -15,6 +15,7 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
+from ai00_like.response_store import Caller
 from ai00_like.rwkv.state import State
 from api_helpers import SCHEMAS, InterceptedGenerates, ServerThread, config_for, write_model
 
@@ -231,7 +232,7 @@ def test_unknown_ids_are_404(server):
 
 def test_a_response_of_another_model_is_refused(server, client):
     made = client.responses.create(model="tiny", input="Hi", **GREEDY)
-    record = server.serving.responses.get(made.id)
+    record = server.serving.responses.get(made.id, Caller())
     server.serving.responses.put(type(record)(**{**{f: getattr(record, f) for f in record.__struct_fields__},
                                                 "id": "resp_othermodel", "model": "other"}), None)
     r = server.post("/v1/responses", {"model": "tiny", "input": "Hi", "previous_response_id": "resp_othermodel"})

@@ -18,7 +18,9 @@ from ai00_like.sampler import (
     options_from_openai,
     sample_batch,
 )
+from ai00_like.sampler import TokenCounts
 from ai00_like.sampler.draw import truncate
+from ai00_like.sampler.penalties import PenaltyState
 from ai00_like.sampler.topk import top_k_sorted
 
 NO_PENALTY = dict(presence_penalty=0.0, frequency_penalty=0.0)
@@ -501,3 +503,21 @@ def test_truncation_matches_the_plain_walk(top_k, top_p):
         before = np.cumsum(p[order]) - p[order]
         expected = set(order[before <= top_p].tolist())
         assert set(ids[row][keep[row]].tolist()) == expected
+
+
+def test_token_counts_of_two_turns_are_the_counts_of_their_joined_text():
+    """A stored conversation keeps its assistant turns' decayed counts instead of their text:
+    extending them by the next turn gives what counting the whole text would, and penalties
+    started from them equal penalties started from the tokens."""
+    rng = np.random.default_rng(0)
+    first, second = rng.integers(0, 50, 300), rng.integers(20, 80, 120)
+    decay = 0.99654026
+    joined = TokenCounts.of(np.concatenate([first, second]), decay)
+    extended = TokenCounts.of(first, decay).then(second, decay)
+    assert extended.ids == joined.ids
+    np.testing.assert_allclose(extended.counts, joined.counts, rtol=1e-12)
+    assert TokenCounts.from_bytes(extended.to_bytes()) == extended
+    from_tokens = PenaltyState(0.3, 0.3, decay, 100, np.concatenate([first, second]))
+    from_counts = PenaltyState(0.3, 0.3, decay, 100, extended)
+    np.testing.assert_allclose(from_counts.values, from_tokens.values, rtol=1e-6)
+    assert TokenCounts().then(second, decay) == TokenCounts.of(second, decay)

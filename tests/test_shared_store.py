@@ -168,6 +168,40 @@ def test_a_replica_of_other_weights_never_uses_the_state(cluster):
     assert (again.output_text, again.usage.input_tokens) == (on_c.output_text, on_c.usage.input_tokens)
 
 
+def test_responses_belong_to_their_key_and_turns_reference_each_other(cluster, tmp_path):
+    """The embedded store's rules hold in Redis too: another key's response is not found, a
+    later turn keeps no copy of an earlier one, and storing a turn keeps its earlier ones."""
+    store = cluster[0]
+    write_model(tmp_path / "tiny.st")
+    config = (process_config(tmp_path) + 'api_keys = ["sk-alice", "sk-bob"]\n'
+              + f'[store]\nurl = "{store.url}"\nprefix = "{PREFIX}"\nttl = {TTL}\n')
+    with ServerProcess(tmp_path, config) as server:
+        alice, bob = (openai.OpenAI(base_url=server.base_url, api_key=key, max_retries=0, timeout=60)
+                      for key in ("sk-alice", "sk-bob"))
+        secret = alice.responses.create(input="Hello, my secret is 1234", **GREEDY)
+        for ask in (bob.responses.retrieve, bob.responses.input_items.list, bob.responses.delete):
+            with pytest.raises(openai.NotFoundError):
+                ask(secret.id)
+        with pytest.raises(openai.NotFoundError):
+            bob.responses.create(input="What was it?", previous_response_id=secret.id, **GREEDY)
+        r = store.client()
+
+        def record_of(ident: str) -> StoredResponse:
+            return msgspec.msgpack.decode(r.get(f"{PREFIX}response:{ident}"), type=StoredResponse)
+
+        secret_tokens = record_of(secret.id).tokens
+        r.expire(f"{PREFIX}response:{secret.id}", 100)
+        later = alice.responses.create(input="And then?", previous_response_id=secret.id, **GREEDY)
+        assert r.ttl(f"{PREFIX}response:{secret.id}") > TTL - 60  # the conversation lives on as a whole
+        record = record_of(later.id)
+        assert record.ancestors == (secret.id,) and record.tokens[:len(secret_tokens)] != secret_tokens
+        alice.responses.delete(secret.id)
+        r.delete(f"{PREFIX}state:{later.id}")  # as maxmemory would drop it
+        with pytest.raises(openai.BadRequestError) as e:
+            alice.responses.create(input="More", previous_response_id=later.id, **GREEDY)
+        assert e.value.body["code"] == "conversation_incomplete"
+
+
 def test_without_redis_only_the_store_routes_answer_503_and_it_comes_back(cluster, tmp_path):
     store, a, b, _, (server_a, _, _) = cluster
     kept = a.responses.create(input="Remember me.", **GREEDY)

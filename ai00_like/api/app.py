@@ -23,6 +23,7 @@ from aiohttp import web
 
 from ..config import Config
 from ..middleware import Middleware
+from ..response_store import StoreError
 from . import auth, files, logs, ops
 from .ai00 import admin, downloads
 from .ai00 import models as ai00_models
@@ -196,7 +197,9 @@ def add_web_page(app: web.Application, root: Path) -> None:
 
 def make_app(config: Config, middleware: Middleware) -> web.Application:
     app = web.Application(
-        middlewares=[logs.request_log_middleware, error_middleware, auth.access_middleware(SERVING)],
+        # Host and Origin first: a web page's request is refused before a key check or handler sees it.
+        middlewares=[logs.request_log_middleware, error_middleware, auth.site_middleware(SERVING),
+                     auth.access_middleware(SERVING)],
         client_max_size=config.listen.max_body_bytes,
     )
     app[SERVING] = Serving(config, middleware)
@@ -304,6 +307,9 @@ def serve_forever(config: Config, *, ip: str | None = None, port: int | None = N
         except ApiStartError:
             middleware.close()
             raise
+        except StoreError as e:  # before OSError: a read-only store is not a port that cannot be listened on
+            middleware.close()
+            raise ApiStartError(str(e)) from None
         except OSError as e:
             middleware.close()
             raise ApiStartError(f"cannot listen on {ip or config.listen.ip}:{port or config.listen.port}: "

@@ -14,6 +14,7 @@ import msgspec
 from aiohttp import web
 
 from ..messages import Failed
+from .logs import client_gone
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +119,8 @@ async def error_middleware(request: web.Request, handler):
             message = f"Unknown request URL: {request.method} {request.path}"
         headers = {k: v for k, v in e.headers.items() if k.lower() == "allow"}
         return ApiError(e.status, message, code=_HTTP_CODES.get(e.status), headers=headers).response()
-    except (ConnectionResetError, ConnectionAbortedError):
-        raise
-    except Exception:
-        log.exception("unhandled error in %s %s", request.method, request.path)
+    except Exception as e:
+        if isinstance(e, ConnectionError) and client_gone(request):
+            raise  # the client left: request_log_middleware logs the 499, quietly
+        log.exception("unhandled error in %s %s", request.method, request.path)  # a connection of ours too
         return ApiError(500, "internal server error (see the server log)").response()

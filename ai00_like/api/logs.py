@@ -4,7 +4,8 @@ Each line has the request id (the client's `X-Request-Id` when it sends a sane o
 a new one; echoed in the response), method, route, status, duration and, for generation,
 the prompt and completion tokens and the time to the first token. Handlers do not log:
 the generation observer (api/metrics.py) fills the record of the request it runs in,
-found through a context variable, so no handler signature changes.
+found through a context variable, so no handler signature changes. A client that leaves
+is status 499 (nginx's code for it): one line, never a traceback.
 """
 
 from __future__ import annotations
@@ -55,6 +56,15 @@ async def request_log_middleware(request: web.Request, handler):
     except web.HTTPException as e:
         status = e.status
         raise
+    except ConnectionError:
+        if not client_gone(request):
+            raise
+        # A write met the transport of a client that left (aiohttp.ClientConnectionResetError)
+        # before aiohttp cancelled the handler. Raised on, aiohttp would log it with a
+        # traceback; a response handed back instead meets the same closed transport, which
+        # aiohttp takes quietly as a premature disconnection. Nothing of it reaches the wire.
+        status = 499
+        return web.Response(status=499)
     except BaseException:
         status = 499  # the client went away (nginx's code for it); bugs become 500 in error_middleware
         raise
@@ -73,6 +83,12 @@ async def request_log_middleware(request: web.Request, handler):
             if stats.ttft is not None:
                 record["ttft_ms"] = round(stats.ttft * 1000, 1)
             access_log.info(json.dumps(record))
+
+
+def client_gone(request: web.Request) -> bool:
+    """Whether the request's connection is closed or closing: nothing can reach its client."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 async def add_request_id(request: web.Request, response: web.StreamResponse) -> None:

@@ -72,6 +72,9 @@ class Metrics:
                                (*LABELS, "finished_reason"), registry=r)
         self.aborted = Counter(PREFIX + "requests_aborted", "Requests that ended before their generation did "
                                "(the client left, or an error).", LABELS, registry=r)
+        self.store_failures = Counter(PREFIX + "response_store_failures", "Responses whose store failed (a full "
+                                      "disk, a store that went away); each reply was given all the same.", LABELS,
+                                      registry=r)
         self.backend = BackendCollector(replica)
         r.register(self.backend)
 

@@ -18,7 +18,7 @@ from ..config import Config
 from ..hub.jobs import Downloads
 from ..messages import Failed, GetInfo, Load, Loaded, ModelInfoEvent, ModelSpec, Unload
 from ..middleware import Middleware
-from ..response_store import open_store
+from ..response_store import StoreError, open_store
 from .channel import EventChannel
 from .errors import ApiError, model_not_found
 from .metrics import Metrics
@@ -50,7 +50,19 @@ class Serving:
         self._no_runs.set()
         self.hurry = asyncio.Event()  # set by a second signal: end the grace period now
         self.downloads = Downloads(config.model_dir)  # the page's pulls from the hub
-        self.responses = open_store(config)  # SQLite beside the server, or Redis shared by replicas
+        self.responses, self.store_off = self._open_store(config)
+
+    @staticmethod
+    def _open_store(config: Config):
+        """(SQLite beside the server or Redis shared by replicas, or None; why it is off).
+        A store that cannot be opened stops the server unless `[responses] required = false`."""
+        try:
+            return open_store(config), "[responses] store = false"
+        except StoreError as e:
+            if config.responses.required:
+                raise
+            log.error("%s. Serving without stored responses ([responses] required = false)", str(e).rstrip("."))
+            return None, str(e)
 
     # ------------------------------------------------------------------ the model
 

@@ -5,6 +5,10 @@ the stream ends with ``data: [DONE]\\n\\n`` in its own event (RWKV-Runner #57 gl
 the previous one), and silence is filled with comment lines (``: ping``), which every SSE
 parser skips. An error after the 200 has gone out is sent as ``data: {"error": …}``,
 which the openai SDK raises as APIError.
+
+A write after the client left raises aiohttp.ClientConnectionResetError (a
+ConnectionResetError) where aiohttp has not yet cancelled the handler: it ends the handler
+like the cancellation would, and request_log_middleware (api/logs.py) logs the 499.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ response refreshes it on both. There is no cap in bytes: the TTL and Redis's own
 `maxmemory` policy bound the store. When the policy drops a state and keeps its record,
 a continuation rebuilds the state from the stored tokens, as after the embedded store's cap.
 
+Records reference their conversation's earlier responses (records.py); storing one
+refreshes the TTL of those too, so a conversation in use keeps all of its turns.
+
 A state and its record are written in one MULTI/EXEC, the state first: no replica ever
 reads a record whose state is not there yet. Each call is one round trip (a few MB for a
 state) and blocks, so the routes make it off the event loop. Any Redis failure is raised as
@@ -28,7 +31,7 @@ from redis.retry import Retry
 from ..rwkv.state import State
 from .errors import StoreUnavailable
 from .state_blob import decode_state, encode_state
-from .store import ID, StoredResponse
+from .records import ID, Caller, StoredResponse, conversation_tokens
 
 log = logging.getLogger(__name__)
 
@@ -70,23 +73,37 @@ class RedisResponseStore:
 
     # ------------------------------------------------------------------ reading
 
-    def get(self, response_id: str, *, touch: bool = True) -> StoredResponse | None:
+    def get(self, response_id: str, caller: Caller, *, touch: bool = True) -> StoredResponse | None:
+        """The record, if it is there and `caller` may see it."""
         if not ID.fullmatch(response_id):
             return None
-        record = self._key("response", response_id)
+        key = self._key("response", response_id)
         with self._reachable():
+            record = self._decoded(key, self.redis.get(key))
+            if record is None or not record.visible_to(caller):
+                return None
             if touch:
-                pipe = self.redis.pipeline(transaction=True)
-                pipe.get(record).expire(record, self.ttl).expire(self._key("state", response_id), self.ttl)
-                blob = pipe.execute()[0]
-            else:
-                blob = self.redis.get(record)
+                self.redis.pipeline(transaction=False).expire(key, self.ttl).expire(
+                    self._key("state", response_id), self.ttl).execute()
+        return record
+
+    def conversation(self, record: StoredResponse) -> tuple[int, ...] | None:
+        """The whole conversation's tokens up to `record`; None when an earlier response of
+        it was deleted or has expired."""
+        if not record.ancestors:
+            return record.tokens
+        keys = [self._key("response", a) for a in record.ancestors]
+        with self._reachable():
+            blobs = self.redis.mget(keys)
+        return conversation_tokens([self._decoded(k, b) for k, b in zip(keys, blobs)] + [record])
+
+    def _decoded(self, key: str, blob: bytes | None) -> StoredResponse | None:
         if blob is None:
             return None
         try:
             return self._decode(blob)
         except msgspec.DecodeError:
-            log.warning("%s holds a damaged record under %s; treated as absent", self.where, record)
+            log.warning("%s holds a damaged record under %s; treated as absent", self.where, key)
             return None
 
     def state(self, response_id: str, fingerprint: str) -> State | None:
@@ -116,11 +133,13 @@ class RedisResponseStore:
         else:
             pipe.set(state_key, encode_state(state, record.fingerprint), ex=self.ttl)
         pipe.set(record_key, self._records.encode(record), ex=self.ttl)
+        for earlier in record.ancestors:
+            pipe.expire(self._key("response", earlier), self.ttl).expire(self._key("state", earlier), self.ttl)
         with self._reachable():
             pipe.execute()
 
-    def delete(self, response_id: str) -> bool:
-        if not ID.fullmatch(response_id):
+    def delete(self, response_id: str, caller: Caller) -> bool:
+        if self.get(response_id, caller, touch=False) is None:
             return False
         pipe = self.redis.pipeline(transaction=True)
         pipe.delete(self._key("response", response_id)).delete(self._key("state", response_id))

@@ -21,6 +21,7 @@ Usage::
 
 from .batch import BatchSample, sample_batch
 from .errors import SamplerError
+from .penalties import TokenCounts
 from .fused import warm_up as warm_up_sampler
 from .params import (
     Mirostat,
@@ -40,6 +41,7 @@ __all__ = [
     "SamplerError",
     "SamplerParams",
     "SamplingOptions",
+    "TokenCounts",
     "Typical",
     "options_from_openai",
     "sample_batch",

@@ -9,7 +9,49 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
 import numpy as np
+
+
+class TokenCounts(msgspec.Struct, frozen=True):
+    """How often each token occurred in a text, each occurrence weighted by `decay ** age`
+    (0 for its last token): what Ai00's penalty init makes of the earlier assistant text.
+
+    It is the whole of that text's effect on the penalties and no bigger than the number of
+    distinct tokens, so a stored conversation keeps it instead of its text (`then` extends
+    it by the next turn exactly as if the turns had been counted as one text)."""
+
+    ids: tuple[int, ...] = ()  # ascending
+    counts: tuple[float, ...] = ()
+
+    @classmethod
+    def of(cls, tokens: Sequence[int] | np.ndarray, decay: float) -> "TokenCounts":
+        tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        if not tokens.size:
+            return cls()
+        ages = np.arange(tokens.size - 1, -1, -1, dtype=np.float64)
+        ids, where = np.unique(tokens, return_inverse=True)
+        return cls(tuple(ids.tolist()), tuple(np.bincount(where, weights=np.power(decay, ages)).tolist()))
+
+    def then(self, tokens: Sequence[int] | np.ndarray, decay: float) -> "TokenCounts":
+        """The counts of this text followed by `tokens`."""
+        later = TokenCounts.of(tokens, decay)
+        if not self.ids:
+            return later
+        aged = np.asarray(self.counts) * decay ** len(tokens)
+        ids = np.union1d(np.asarray(self.ids, dtype=np.int64), np.asarray(later.ids, dtype=np.int64))
+        counts = np.zeros(ids.size)
+        counts[np.searchsorted(ids, self.ids)] += aged
+        counts[np.searchsorted(ids, later.ids)] += later.counts
+        return TokenCounts(tuple(ids.tolist()), tuple(counts.tolist()))
+
+    def to_bytes(self) -> bytes:
+        return np.asarray(self.ids, "<u4").tobytes() + np.asarray(self.counts, "<f8").tobytes()
+
+    @classmethod
+    def from_bytes(cls, blob: bytes) -> "TokenCounts":
+        n = len(blob) // 12
+        return cls(tuple(np.frombuffer(blob, "<u4", n).tolist()), tuple(np.frombuffer(blob, "<f8", n, 4 * n).tolist()))
 
 
 class PenaltyState:
@@ -35,7 +77,7 @@ class PenaltyState:
         frequency: float,
         decay: float,
         vocab_size: int,
-        model_tokens: Sequence[int] | np.ndarray = (),
+        model_tokens: Sequence[int] | np.ndarray | TokenCounts = (),
     ):
         self.presence = float(presence)
         self.frequency = float(frequency)
@@ -44,11 +86,12 @@ class PenaltyState:
         self.ids = np.zeros(0, dtype=np.int64)  # ascending
         self.unscaled = np.zeros(0, dtype=np.float32)
         self.scale = 1.0
-        tokens = np.asarray(model_tokens, dtype=np.int64).reshape(-1)
-        if tokens.size:
-            self._init_from(tokens)
+        if not isinstance(model_tokens, TokenCounts):
+            model_tokens = TokenCounts.of(model_tokens, self.decay)
+        if model_tokens.ids:
+            self._init_from(model_tokens)
 
-    def _init_from(self, tokens: np.ndarray) -> None:
+    def _init_from(self, history: TokenCounts) -> None:
         """Ai00's `init(model_tokens)`: walk the text from its last token backwards with
         index i (0 for the last token); each token's penalty becomes (its current value, or
         `presence` if it has none) + `frequency * decay**i`.
@@ -58,12 +101,11 @@ class PenaltyState:
         not decayed and the first occurrence also earns the frequency part; that is Ai00's
         rule and we keep it.
         """
-        if tokens.min() < 0 or tokens.max() >= self.vocab_size:
-            raise ValueError(f"model token ids must be in [0, {self.vocab_size}), got {tokens.min()}..{tokens.max()}")
-        ages = np.arange(tokens.size - 1, -1, -1, dtype=np.float64)
-        decayed = self.frequency * np.power(self.decay, ages)
-        self.ids, where = np.unique(tokens, return_inverse=True)
-        self.unscaled = (self.presence + np.bincount(where, weights=decayed)).astype(np.float32)
+        ids = np.asarray(history.ids, dtype=np.int64)
+        if ids[0] < 0 or ids[-1] >= self.vocab_size:
+            raise ValueError(f"model token ids must be in [0, {self.vocab_size}), got {ids[0]}..{ids[-1]}")
+        self.ids = ids
+        self.unscaled = (self.presence + self.frequency * np.asarray(history.counts)).astype(np.float32)
 
     @property
     def active(self) -> bool:

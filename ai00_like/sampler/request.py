@@ -10,14 +10,15 @@ import numpy as np
 from .errors import SamplerError
 from .fused import MAX_TOP_K
 from .params import MAX_ABS_LOGIT_BIAS, Mirostat, Nucleus, SamplingOptions
-from .penalties import PenaltyState
+from .penalties import PenaltyState, TokenCounts
 
 
 class RequestSampler:
     """The mutable sampling state of one request (one choice when n > 1).
 
     * `penalties`: Ai00's decaying repetition penalty (None for Mirostat, or when both
-      penalties are 0), started from `model_tokens` (the earlier assistant text, in chat).
+      penalties are 0), started from `model_tokens` (the earlier assistant text, in chat),
+      or from a stored conversation's `TokenCounts` of it.
     * its own random generator: seeded from `options.seed` when given, so the request draws
       the same numbers whatever else is in the batch. Each sampled token consumes exactly
       one uniform draw.
@@ -33,7 +34,7 @@ class RequestSampler:
         self,
         options: SamplingOptions,
         vocab_size: int,
-        model_tokens: Sequence[int] | np.ndarray = (),
+        model_tokens: Sequence[int] | np.ndarray | TokenCounts = (),
         *,
         choice_index: int = 0,
     ):

@@ -1,13 +1,15 @@
 """POST /admin/models/load, GET|POST /admin/models/unload, POST /admin/models/save.
 
 Every path a request names must lie inside [model] path (Ai00 checks the model path but
-not the tokenizer path; we check both). A load builds the new model while the old one
+not the tokenizer path; we check both), and errors name it relative to that folder, never
+by the server's absolute path. A load builds the new model while the old one
 keeps serving and answers when it is ready; a failed load leaves the old one in place.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import os
 import uuid
 from pathlib import Path
 
@@ -29,7 +31,7 @@ def inside(root: Path, wanted: str, param: str, *, must_exist: bool = True) -> P
     root = root.resolve()
     path = (root / wanted).resolve()
     if not path.is_relative_to(root):
-        raise ApiError(403, f"'{param}' must name a file inside the models folder ({root})", param=param,
+        raise ApiError(403, f"'{param}' must name a file inside the models folder", param=param,
                        code="path_not_allowed")
     if must_exist and not path.is_file():
         raise ApiError(404, f"'{param}': no such file: {wanted}", param=param, code="file_not_found")
@@ -110,19 +112,39 @@ async def save(request: web.Request, serving: Serving) -> SaveResponse:
     name = req.path or req.model_path
     if not name:
         raise bad_request("'path' must name the file to write, inside the models folder", "path")
-    root = serving.config.model_dir
+    root = serving.config.model_dir.resolve()
     target = inside(root, name, "path", must_exist=False)
-    if target.exists():
-        raise ApiError(409, f"'path': {name} exists already; saving never overwrites a file", param="path",
-                       code="file_exists")
+    check_save_target(target, target.relative_to(root))
     if serving.model is None:
         raise serving.unavailable()
     channel = EventChannel()
     serving.middleware.send(Save(str(target), channel.reply(), req.dtype))
     event = await channel.first()
     if isinstance(event, Failed):
+        # The middleware's reason names no path; the client learns the one it gave.
+        if event.kind == "bad_request":
+            raise bad_request(f"'path': cannot write {target.relative_to(root)}: {event.message}", "path",
+                              code="not_writable")
         raise from_failed(event, "path")
-    return SaveResponse(path=str(Path(event.path).relative_to(root.resolve())), bytes=event.bytes)
+    return SaveResponse(path=str(Path(event.path).relative_to(root)), bytes=event.bytes)
+
+
+def check_save_target(target: Path, shown: Path) -> None:
+    """The client's mistakes, told before any writing starts and in the models folder's terms
+    (`shown`: the path relative to it), never with the server's absolute paths."""
+    if target.exists():
+        if target.is_dir():
+            raise bad_request(f"'path': {shown} is a folder; name the file to write", "path")
+        raise ApiError(409, f"'path': {shown} exists already; saving never overwrites a file", param="path",
+                       code="file_exists")
+    folder, shown_folder = target.parent, shown.parent
+    if not folder.is_dir():
+        why = f"'{shown_folder}' is a file, not a folder" if folder.exists() else \
+            f"there is no folder '{shown_folder}' in the models folder"
+        raise bad_request(f"'path': cannot write {shown}: {why}", "path", code="folder_not_found")
+    if not os.access(folder, os.W_OK):
+        raise bad_request(f"'path': cannot write {shown}: the folder '{shown_folder}' is not writable by the "
+                          "server", "path", code="not_writable")
 
 
 # ------------------------------------------------------------------------------ who may use them

@@ -18,7 +18,7 @@ import msgspec
 from aiohttp import web
 
 from ...messages import Cancel, Failed, Finished, Generate, ModelInfoEvent, Started, TextPiece
-from ...sampler import SamplerError, SamplingOptions, options_from_openai
+from ...sampler import SamplerError, SamplingOptions, TokenCounts, options_from_openai
 from ..channel import EventChannel
 from ..errors import ApiError, bad_request, from_failed
 from ..metrics import RequestObserver
@@ -90,7 +90,7 @@ class GenerationRun:
     """One request's generations in flight: prompts × n choices, events from one channel."""
 
     def __init__(self, serving: Serving, model: ModelInfoEvent, prompts: list[str], *, n: int,
-                 options: SamplingOptions, max_tokens: int, stop: tuple[str, ...], model_text: str = "",
+                 options: SamplingOptions, max_tokens: int, stop: tuple[str, ...], model_text: str | TokenCounts = "",
                  state=None, prefix: tuple[int, ...] = (), keep_state: bool = False):
         self.model, self.n, self.prompts = model, n, prompts
         # A request the middleware refuses while a state was named is about that state.
@@ -107,7 +107,9 @@ class GenerationRun:
         for p, prompt in enumerate(prompts):
             serving.middleware.send(Generate(
                 prompt=prompt, reply=self.channel.reply(p), cancel=self.cancel, options=options,
-                max_tokens=max_tokens, stop=stop, n=n, model_text=model_text, state=state, prefix=prefix,
+                max_tokens=max_tokens, stop=stop, n=n, state=state, prefix=prefix,
+                model_text=model_text if isinstance(model_text, str) else "",
+                model_counts=model_text if isinstance(model_text, TokenCounts) else None,
                 keep_state=keep_state,
             ))
 

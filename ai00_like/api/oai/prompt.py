@@ -84,6 +84,12 @@ def speaker_names(names: dict[str, str] | None) -> dict[str, str]:
     return result
 
 
+def assistant_turns(messages: list[ChatMessage]) -> list[str]:
+    """The raw text of each assistant turn, without its thinking: what seeds the penalties."""
+    return [_THOUGHTS.sub("\n", message_text(m, f"messages[{i}]")) for i, m in enumerate(messages)
+            if _SPEAKER.get(m.role.lower()) == "assistant"]
+
+
 def render_chat(messages: list[ChatMessage], names: dict[str, str] | None = None,
                 template: ChatTemplate | None = None, *, opening: str = "", user_suffix: str = "") -> ChatPrompt:
     """The prompt, ending with the assistant's name and then `opening` (the start of the reply
@@ -93,7 +99,7 @@ def render_chat(messages: list[ChatMessage], names: dict[str, str] | None = None
         raise bad_request("'messages' must contain at least one message", "messages", code="invalid_value")
     template = template or DEFAULT_TEMPLATE
     display = speaker_names(names)
-    records, assistant_turns = [], []
+    records = []
     last_user = max((i for i, m in enumerate(messages) if _SPEAKER.get(m.role.lower()) == "user"), default=-1)
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
@@ -107,10 +113,9 @@ def render_chat(messages: list[ChatMessage], names: dict[str, str] | None = None
         raw = message_text(message, where)
         if speaker == "assistant":
             raw = _THOUGHTS.sub("\n", raw)
-            assistant_turns.append(raw)
         content = _BLANK_LINES.sub("\n", raw).strip() + (user_suffix if i == last_user else "")
         fields = {"role": display[speaker], "content": content}
         records.append(_RECORD_FIELD.sub(lambda m: fields[m.group(1)], template.record))
     prefix = _PREFIX_FIELD.sub(lambda m: display[m.group(1)], template.prefix)
     prompt = template.sep.join(records) + template.sep + prefix + (" " + opening if opening else "")
-    return ChatPrompt(prompt, template.sep.join(assistant_turns))
+    return ChatPrompt(prompt, template.sep.join(assistant_turns(messages)))

@@ -23,6 +23,18 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
+def _item_id(item: dict, where: str, prefix: str) -> str:
+    """The item's own id, or a new one where it has none; it is echoed back and stored, so
+    anything but a non-empty string is refused rather than passed on as given."""
+    given = item.get("id")
+    if given is None:
+        return new_id(prefix)
+    if not isinstance(given, str) or not given:
+        got = "an empty one" if given == "" else type(given).__name__  # not the value: it may be huge
+        raise bad_request(f"'{where}.id' must be a non-empty string, got {got}", f"{where}.id")
+    return given
+
+
 def _text(content: Any, where: str) -> str:
     if isinstance(content, str):
         return content
@@ -57,7 +69,7 @@ def read_input(value: str | list[dict] | None) -> tuple[list[ChatMessage], list[
             text = _text(item.get("content"), where)
             messages.append(ChatMessage(role=role, content=text))
             part = "output_text" if role == "assistant" else "input_text"
-            items.append({"id": item.get("id") or new_id("msg"), "type": "message", "role": role,
+            items.append({"id": _item_id(item, where, "msg"), "type": "message", "role": role,
                           "status": "completed", "content": [{"type": part, "text": text}]})
         elif kind == "function_call":
             name, arguments, call_id = item.get("name"), item.get("arguments", ""), item.get("call_id")
@@ -68,7 +80,7 @@ def read_input(value: str | list[dict] | None) -> tuple[list[ChatMessage], list[
                 messages[-1].tool_calls.append(call)  # parallel calls of one turn
             else:
                 messages.append(ChatMessage(role="assistant", content=None, tool_calls=[call]))
-            items.append({"id": item.get("id") or new_id("fc"), "type": "function_call", "call_id": call_id,
+            items.append({"id": _item_id(item, where, "fc"), "type": "function_call", "call_id": call_id,
                           "name": name, "arguments": arguments, "status": "completed"})
         elif kind == "function_call_output":
             output, call_id = item.get("output"), item.get("call_id")
@@ -76,7 +88,7 @@ def read_input(value: str | list[dict] | None) -> tuple[list[ChatMessage], list[
                 raise bad_request(f"{where}: a function_call_output needs 'call_id'", f"{where}.call_id")
             text = output if isinstance(output, str) else _text(output, where)
             messages.append(ChatMessage(role="tool", content=text, tool_call_id=call_id))
-            items.append({"id": item.get("id") or new_id("fco"), "type": "function_call_output", "call_id": call_id,
+            items.append({"id": _item_id(item, where, "fco"), "type": "function_call_output", "call_id": call_id,
                           "output": text, "status": "completed"})
         elif kind == "reasoning":
             continue

@@ -11,7 +11,8 @@ stream has for it, numbered by `sequence_number`:
     (the same for a message, with response.output_text.delta / .done)
     response.output_item.added → response.function_call_arguments.delta …
         → response.function_call_arguments.done → response.output_item.done
-    response.completed, or response.incomplete
+    response.completed, or response.incomplete (or, when the reply failed after the
+    stream began, error)
 
 A non-streamed response is built by the same steps with the events dropped, so both give
 the same items.
@@ -23,6 +24,7 @@ from .items import new_id
 from .types import (
     ArgumentsDelta,
     ArgumentsDone,
+    ErrorEvent,
     Event,
     FunctionCallItem,
     ItemEvent,
@@ -55,6 +57,10 @@ class OutputBuilder:
     def response_event(self, kind: str, response: Response) -> Event:
         """response.created / in_progress / completed / incomplete."""
         return self._event(ResponseEvent, kind, response=response)
+
+    def error_event(self, code: str | None, message: str, param: str | None = None) -> Event:
+        """error: ends a stream that cannot end with response.completed."""
+        return ErrorEvent(type="error", sequence_number=self._next(), code=code, message=message, param=param)
 
     # ------------------------------------------------------------------ reply events
 

@@ -2,26 +2,27 @@
 
 A Responses request is read as a chat request (chat.plan_chat: the same prompt format,
 reasoning, grammar and limits) and its reply as output items (output.py). A stored
-response keeps the RNN state its conversation ended in (response_store): a request with
-`previous_response_id` renders only its own input, as the next turn, and the model reads
-it from that state. When the state is gone (dropped by the store's cap, or made by other
-weights under the same model name) the stored tokens are read again first; the reply is
-the same either way. That holds for a store shared by replicas too: a replica serving
-other weights never uses the stored state, it rebuilds it, paying only the prefill. A
-shared store that cannot be reached makes these routes answer 503, and only them.
+response keeps the RNN state its conversation ended in (response_store), and a request
+with `previous_response_id` continues from it (continuation.py). That holds for a store
+shared by replicas too: a replica serving other weights never uses the stored state, it
+rebuilds it, paying only the prefill. Stored responses belong to the key that made them
+(owners.py). A store that cannot be reached makes these routes answer 503, and only them;
+one that fails to keep a finished reply does not take the reply away (`_keep`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
 
 import msgspec
 from aiohttp import web
 
 from ...messages import TextPiece
-from ...response_store import StoredResponse, StoreUnavailable
+from ...response_store import Caller, StoredResponse, StoreUnavailable
+from ...sampler import TokenCounts
 from ..body import decode_body
 from ..errors import ApiError, bad_request
 from ..oai.chat import ChatPlan, plan_chat
@@ -30,8 +31,11 @@ from ..oai.reply import ReplyReader
 from ..oai.types import ChatCompletionRequest, ChatMessage
 from ..serving import Serving
 from ..sse import EventStream
+from . import continuation
+from .continuation import Continuation, not_found
 from .items import new_id, read_input
 from .output import OutputBuilder
+from .owners import caller_of
 from .types import (
     CreateResponse,
     DeletedResponse,
@@ -45,19 +49,14 @@ from .types import (
     TextConfig,
 )
 
+log = logging.getLogger(__name__)
 _encode = msgspec.json.encode
-TURN_END = b"\n\n"
-
-
-def _not_found(response_id: str, param: str | None = None) -> ApiError:
-    return ApiError(404, f"No response found with id '{response_id}'.", type="invalid_request_error",
-                    param=param, code="not_found")
+STORE_HEADER = "X-Ai00-Store"  # "failed": the reply is given, but it could not be stored
 
 
 def _store(serving: Serving):
     if serving.responses is None:
-        raise ApiError(404, "This server stores no responses ([responses] store = false).",
-                       code="not_found")
+        raise ApiError(404, f"This server stores no responses ({serving.store_off}).", code="not_found")
     return serving.responses
 
 
@@ -96,42 +95,33 @@ def _as_chat(req: CreateResponse) -> ChatCompletionRequest:
     return msgspec.convert(fields, ChatCompletionRequest)
 
 
-class Continuation(msgspec.Struct):
-    """Where a request's conversation picks up: the previous response and its state."""
-
-    previous: StoredResponse | None = None
-    state: object = None  # the RNN state after previous.tokens, or None to read them again
-    announce_tools: bool = True
-
-    def prompt(self, rendered: str, tokenizer) -> tuple[str, tuple[int, ...]]:
-        """(the text the model reads, the token ids it reads first)."""
-        previous = self.previous
-        if previous is None:
-            return rendered, ()
-        last = b"".join(tokenizer.token_bytes(t) for t in (previous.tokens[-4:] + previous.tail))
-        text = rendered if last.endswith(TURN_END) else "\n\n" + rendered
-        return text, previous.tail if self.state is not None else previous.tokens + previous.tail
-
-
-async def _continuation(serving: Serving, req: CreateResponse, tools: bytes) -> Continuation:
-    if not req.previous_response_id:
+async def _continuation(serving: Serving, req: CreateResponse, caller: Caller, tools: bytes) -> Continuation:
+    if req.previous_response_id is None:
         return Continuation()
-    store = _store(serving)
-    previous = await _ask(store.get, req.previous_response_id)
-    if previous is None:
-        raise _not_found(req.previous_response_id, "previous_response_id")
+    if not req.previous_response_id:
+        raise bad_request("'previous_response_id' is empty; leave it out to start a new conversation",
+                          "previous_response_id")
     model = serving.require_model(req.model)
-    if previous.model != model.name:
-        raise bad_request(f"previous_response_id '{previous.id}' is a response of model '{previous.model}'; this "
-                          f"server serves '{model.name}'", "previous_response_id")
-    state = None
-    if previous.has_state and previous.fingerprint == fingerprint(model):
-        state = await _ask(store.state, previous.id, fingerprint(model))
-    return Continuation(previous, state, announce_tools=previous.tools != tools)
+    return await continuation.find(_store(serving), _ask, req.previous_response_id, caller, model, fingerprint(model),
+                                   tools)
 
 
-def _response(req: CreateResponse, plan: ChatPlan, ident: str, created: int, *, status: str, output: list,
-              usage: ResponseUsage | None = None) -> Response:
+class Turn(msgspec.Struct):
+    """One request's turn of a conversation: what its stored record is made of."""
+
+    req: CreateResponse
+    plan: ChatPlan
+    caller: Caller
+    continuation: Continuation
+    seed: TokenCounts  # the penalties' starting counts
+    items: list[dict]  # the input items, as stored
+    tools: bytes
+    ident: str
+    created: int
+
+
+def _response(turn: Turn, *, status: str, output: list, usage: ResponseUsage | None = None) -> Response:
+    req, plan, ident, created = turn.req, turn.plan, turn.ident, turn.created
     fmt = req.text.format if req.text and req.text.format else None
     return Response(
         id=ident, created_at=created, status=status, completed_at=int(time.time()) if status == "completed" else None,
@@ -154,18 +144,31 @@ def _usage(run: GenerationRun, reply: ReplyReader) -> ResponseUsage:
                          OutputTokensDetails(reply.reasoning_tokens), u.total_tokens)
 
 
-async def _keep(serving: Serving, req: CreateResponse, plan: ChatPlan, response: Response, items: list[dict],
-                tools: bytes, continuation: Continuation, run: GenerationRun) -> None:
-    """Store the finished response (unless `store` is false) with the state it ended in."""
+async def _keep(serving: Serving, turn: Turn, response: Response, run: GenerationRun) -> bool:
+    """Store the finished response (unless `store` is false) with the state it ended in.
+    False when the store failed: the reply is given all the same, and the failure is
+    logged and counted, since a client that saw an error would only generate it again."""
     finished = run.choices[0].finished
-    if req.store is False or serving.responses is None or finished is None or finished.state is None:
-        return
-    previous = continuation.previous
-    earlier = previous.tokens if previous is not None and continuation.state is not None else ()
-    record = StoredResponse(id=response.id, model=plan.model.name, fingerprint=fingerprint(plan.model),
-                            created=response.created_at, response=_encode(response), input_items=_encode(items),
-                            tools=tools, tokens=earlier + finished.fed, tail=finished.unfed, has_state=True)
-    await _ask(serving.responses.put, record, finished.state)
+    if turn.req.store is False or serving.responses is None or finished is None or finished.state is None:
+        return True
+    plan = turn.plan
+    history = continuation.after_reply(turn.seed, response.output, plan.options, plan.model.tokenizer)
+    own = StoredResponse(id=response.id, model=plan.model.name, fingerprint=fingerprint(plan.model),
+                         created=response.created_at, response=_encode(response), input_items=_encode(turn.items),
+                         tools=turn.tools, tokens=(), tail=finished.unfed, owner=turn.caller.owner,
+                         history=history.to_bytes(), has_state=True)
+    record = turn.continuation.record(own, finished.fed)
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, serving.responses.put, record, finished.state)
+    except StoreUnavailable as e:
+        log.warning("response %s was given but not stored: %s", response.id, e)
+        serving.metrics.store_failures.labels(plan.model.name, serving.metrics.replica).inc()
+        return False
+    return True
+
+
+def _finished(response: Response, stored: bool) -> Response:
+    return response if stored else msgspec.structs.replace(response, store=False)
 
 
 async def create_response(request: web.Request, serving: Serving):
@@ -178,16 +181,17 @@ async def create_response(request: web.Request, serving: Serving):
         messages.insert(0, ChatMessage(role="system", content=req.instructions))
     if req.store is not False:  # a store that is down is said before the reply is made, not after
         await _ask(serving.responses.check)
-    tools = _encode(req.tools or [])
-    continuation = await _continuation(serving, req, tools)
-    plan = await plan_chat(serving, chat, messages, announce_tools=continuation.announce_tools)
-    text, prefix = continuation.prompt(plan.rendered.prompt, plan.model.tokenizer)
+    caller, tools = caller_of(request, serving.config.listen), _encode(req.tools or [])
+    cont = await _continuation(serving, req, caller, tools)
+    plan = await plan_chat(serving, chat, messages, announce_tools=cont.announce_tools)
+    seed = continuation.penalty_seed(cont.previous, messages, plan.options, plan.model.tokenizer)
+    text, prefix = cont.prompt(plan.rendered.prompt, plan.model.tokenizer)
     run = GenerationRun(serving, plan.model, [text], n=1, options=plan.options, max_tokens=plan.budget,
-                        stop=plan.stop, model_text=plan.rendered.model_text, state=continuation.state,
-                        prefix=prefix, keep_state=req.store is not False and serving.responses is not None)
-    ident, created = new_id("resp"), int(time.time())
+                        stop=plan.stop, model_text=seed, state=cont.state, prefix=prefix,
+                        keep_state=req.store is not False and serving.responses is not None)
+    turn = Turn(req, plan, caller, cont, seed, items, tools, new_id("resp"), int(time.time()))
     if req.stream:
-        return await _stream(request, serving, req, plan, run, (ident, created), items, tools, continuation)
+        return await _stream(request, serving, turn, run)
     result = (await run.collect())[0]
     reply, builder = plan.reader(), OutputBuilder()
     builder.push(reply.opened)
@@ -196,33 +200,40 @@ async def create_response(request: web.Request, serving: Serving):
     builder.push(reply.finish())
     builder.finish(cut=result.finish == "length")
     status = "incomplete" if result.finish == "length" else "completed"
-    response = _response(req, plan, ident, created, status=status, output=builder.items, usage=_usage(run, reply))
-    await _keep(serving, req, plan, response, items, tools, continuation, run)
-    return response
+    response = _response(turn, status=status, output=builder.items, usage=_usage(run, reply))
+    if await _keep(serving, turn, response, run):
+        return response
+    return web.Response(body=_encode(_finished(response, False)), content_type="application/json",
+                        headers={STORE_HEADER: "failed"})
 
 
-async def _stream(request: web.Request, serving: Serving, req: CreateResponse, plan: ChatPlan, run: GenerationRun,
-                  made: tuple[str, int], items: list[dict], tools: bytes, continuation: Continuation):
-    """The response as typed server-sent events."""
-    ident, created = made
+async def _stream(request: web.Request, serving: Serving, turn: Turn, run: GenerationRun):
+    """The response as typed server-sent events, ending with response.completed (or
+    .incomplete), or with an error event when the reply cannot be finished."""
+    plan = turn.plan
 
     async def write(out: EventStream, pieces) -> None:
         reply, builder = plan.reader(), OutputBuilder()
-        pending = _response(req, plan, ident, created, status="in_progress", output=[])
+        pending = _response(turn, status="in_progress", output=[])
         for event in [builder.response_event("created", pending), builder.response_event("in_progress", pending),
                       *builder.push(reply.opened)]:
             await out.send_typed(event)
-        async for _, piece in pieces:
-            if isinstance(piece, TextPiece):
-                for event in builder.push(reply.push(piece.text, len(piece.tokens))):
-                    await out.send_typed(event)
+        try:
+            async for _, piece in pieces:
+                if isinstance(piece, TextPiece):
+                    for event in builder.push(reply.push(piece.text, len(piece.tokens))):
+                        await out.send_typed(event)
+        except ApiError as e:  # the generation failed after the stream began
+            await out.send_typed(builder.error_event(e.code, e.message, e.param))
+            await out.done(marker=False)
+            return
         cut = run.choices[0].finish == "length"
         for event in builder.push(reply.finish()) + builder.finish(cut):
             await out.send_typed(event)
-        response = _response(req, plan, ident, created, status="incomplete" if cut else "completed",
-                             output=builder.items, usage=_usage(run, reply))
-        await _keep(serving, req, plan, response, items, tools, continuation, run)  # stored before it is announced
-        await out.send_typed(builder.response_event("incomplete" if cut else "completed", response))
+        response = _response(turn, status="incomplete" if cut else "completed", output=builder.items,
+                             usage=_usage(run, reply))
+        stored = await _keep(serving, turn, response, run)  # stored before it is announced
+        await out.send_typed(builder.response_event("incomplete" if cut else "completed", _finished(response, stored)))
         await out.done(marker=False)
 
     return await run_as_sse(request, run, serving.config.listen.ping_interval, write)
@@ -230,24 +241,24 @@ async def _stream(request: web.Request, serving: Serving, req: CreateResponse, p
 
 async def retrieve_response(request: web.Request, serving: Serving):
     response_id = request.match_info["response_id"]
-    record = await _ask(_store(serving).get, response_id)
+    record = await _ask(_store(serving).get, response_id, caller_of(request, serving.config.listen))
     if record is None:
-        raise _not_found(response_id)
+        raise not_found(response_id)
     return web.Response(body=record.response, content_type="application/json")
 
 
 async def delete_response(request: web.Request, serving: Serving) -> DeletedResponse:
     response_id = request.match_info["response_id"]
-    if not await _ask(_store(serving).delete, response_id):
-        raise _not_found(response_id)
+    if not await _ask(_store(serving).delete, response_id, caller_of(request, serving.config.listen)):
+        raise not_found(response_id)
     return DeletedResponse(id=response_id)
 
 
 async def list_input_items(request: web.Request, serving: Serving) -> ItemList:
     response_id = request.match_info["response_id"]
-    record = await _ask(_store(serving).get, response_id, touch=False)
+    record = await _ask(_store(serving).get, response_id, caller_of(request, serving.config.listen), touch=False)
     if record is None:
-        raise _not_found(response_id)
+        raise not_found(response_id)
     items = msgspec.json.decode(record.input_items)
     query = request.query
     order = query.get("order", "desc")

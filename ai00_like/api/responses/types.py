@@ -228,3 +228,9 @@ class ArgumentsDone(Event, kw_only=True):
     output_index: int
     name: str
     arguments: str
+
+
+class ErrorEvent(Event, kw_only=True):  # error: the stream's last event when the reply could not be finished
+    code: str | None
+    message: str
+    param: str | None
