@@ -24,7 +24,7 @@ from aiohttp import web
 from ..config import Config
 from ..middleware import Middleware
 from ..response_store import StoreError
-from . import auth, files, logs, ops
+from . import auth, files, logs, ops, site_checks
 from .ai00 import admin, downloads
 from .ai00 import models as ai00_models
 from .ai00 import types as ai00
@@ -198,7 +198,7 @@ def add_web_page(app: web.Application, root: Path) -> None:
 def make_app(config: Config, middleware: Middleware) -> web.Application:
     app = web.Application(
         # Host and Origin first: a web page's request is refused before a key check or handler sees it.
-        middlewares=[logs.request_log_middleware, error_middleware, auth.site_middleware(SERVING),
+        middlewares=[logs.request_log_middleware, error_middleware, site_checks.site_middleware(SERVING),
                      auth.access_middleware(SERVING)],
         client_max_size=config.listen.max_body_bytes,
     )
@@ -206,7 +206,7 @@ def make_app(config: Config, middleware: Middleware) -> web.Application:
     add_routes(app)
 
     async def response_headers(request: web.Request, response: web.StreamResponse) -> None:
-        auth.cors_headers(request, response, config.listen.cors_origins)
+        site_checks.cors_headers(request, response, config.listen.cors_origins)
         await logs.add_request_id(request, response)
 
     app.on_response_prepare.append(response_headers)

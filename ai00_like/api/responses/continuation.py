@@ -19,6 +19,7 @@ from ...response_store import Caller, StoredResponse
 from ...sampler import SamplingOptions, TokenCounts
 from ...sampler.params import DEFAULT_PENALTY_DECAY
 from ..errors import ApiError, bad_request
+from ..oai.generation import fingerprint
 from ..oai.prompt import DEFAULT_TEMPLATE, assistant_turns
 from .items import read_input
 
@@ -56,16 +57,16 @@ class Continuation(msgspec.Struct):
         return msgspec.structs.replace(own, tokens=fed[skip:], ancestors=ancestors)
 
 
-async def find(store, ask, previous_id: str, caller: Caller, model, fingerprint: str, tools: bytes) -> Continuation:
-    """The continuation of `previous_id` for `caller` (404 for another owner's response),
-    with `ask(method, *args)` calling the store off the event loop."""
+async def find(store, ask, previous_id: str, *, caller: Caller, model, tools: bytes) -> Continuation:
+    """The continuation of `previous_id` for `caller` (404 for another owner's response) on
+    `model`, with `ask(method, *args)` calling the store off the event loop."""
     previous = await ask(store.get, previous_id, caller)
     if previous is None:
         raise not_found(previous_id, "previous_response_id")
     if previous.model != model.name:
         raise bad_request(f"previous_response_id '{previous.id}' is a response of model '{previous.model}'; this "
                           f"server serves '{model.name}'", "previous_response_id")
-    state = await ask(store.state, previous.id, fingerprint) if previous.has_state else None
+    state = await ask(store.state, previous.id, fingerprint(model)) if previous.has_state else None
     conversation = ()
     if state is None:
         conversation = await ask(store.conversation, previous)

@@ -102,8 +102,8 @@ async def _continuation(serving: Serving, req: CreateResponse, caller: Caller, t
         raise bad_request("'previous_response_id' is empty; leave it out to start a new conversation",
                           "previous_response_id")
     model = serving.require_model(req.model)
-    return await continuation.find(_store(serving), _ask, req.previous_response_id, caller, model, fingerprint(model),
-                                   tools)
+    return await continuation.find(_store(serving), _ask, req.previous_response_id, caller=caller, model=model,
+                                   tools=tools)
 
 
 class Turn(msgspec.Struct):
