@@ -22,6 +22,7 @@ from agents import (  # noqa: E402
 )
 from openai import AsyncOpenAI  # noqa: E402
 
+from ai00_like.response_store import Caller  # noqa: E402
 from ai00_like.rwkv.state import State  # noqa: E402
 from api_helpers import InterceptedGenerates, ServerThread, config_for  # noqa: E402
 
@@ -71,7 +72,7 @@ def test_a_conversation_continues_through_previous_response_id(server):
     with InterceptedGenerates(server.serving) as spy:
         first, second = asyncio.run(two_turns())
     assert first.last_response_id and first.last_response_id.startswith("resp_")
-    stored = server.serving.responses.get(first.last_response_id)
+    stored = server.serving.responses.get(first.last_response_id, Caller())
     assert stored is not None and stored.has_state
     assert second.final_output.strip()
     # The second turn's first request read only its own input, from the stored state.
