@@ -22,6 +22,7 @@ from ai00_like.rwkv.formats.safetensors import write_safetensors
 from ai00_like.rwkv.synthetic import make_checkpoint, make_state
 
 TIMEOUT = 60
+LOAD_TIMEOUT = 300  # s: a model load that compiles kernels on a busy machine
 SPEC_PATH = Path(__file__).resolve().parent / "data" / "openai" / "openapi-subset.yaml"  # see its README
 
 
@@ -80,7 +81,8 @@ class ServerThread:
         self.middleware = Middleware() if self.builder is None else Middleware(self.builder)
         self.running = self.call(start_server(self.config, self.middleware))
         if self.wait_for_load:
-            self.call(self.running.serving.wait_idle())
+            # The first load in a fresh checkout compiles the kernels (numba's cache is cold).
+            self.call(self.running.serving.wait_idle(), LOAD_TIMEOUT)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -90,9 +92,9 @@ class ServerThread:
         self.thread.join(TIMEOUT)
         self.loop.close()
 
-    def call(self, coroutine):
+    def call(self, coroutine, timeout: float = TIMEOUT):
         """Run a coroutine on the server's loop and wait for its result."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(TIMEOUT)
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
 
     @property
     def serving(self):

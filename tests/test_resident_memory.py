@@ -116,8 +116,9 @@ def test_a_state_slot_takes_memory_once_a_sequence_uses_it(tmp_path, fmt, dtype)
     assert per_slot <= mapped_bytes(wkv) <= per_slot + 3 * 2 * 4096  # slot 5's, and the pages at its ends
     first = model.read_state(5).wkv.copy()
     model.step([StepInput(s, [1, 2, 3]) for s in (0, 15)])
-    for slot in (0, 15):  # a batch of two sums in another order than one row alone
-        np.testing.assert_allclose(model.read_state(slot).wkv, first, rtol=1e-4, atol=1e-6)
+    for slot in (0, 15):  # a batch of two sums in another order than one row alone: float32
+        # rounding, about 1e-6 on values up to 0.4 (a CI run met 1.3e-6)
+        np.testing.assert_allclose(model.read_state(slot).wkv, first, rtol=1e-4, atol=5e-6)
 
 
 def test_slots_start_from_a_nonzero_initial_state(tmp_path):
