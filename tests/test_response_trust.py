@@ -7,16 +7,19 @@ continuation forgot. Real servers, the openai SDK, a real tmpfs that fills up.""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import openai
 import pytest
 
+from ai00_like.messages import Failed
 from ai00_like.response_store import Caller, StoreError
 from ai00_like.response_store.store import ResponseStore
 from api_helpers import InterceptedGenerates, ServerThread, config_for, write_model
@@ -212,6 +215,26 @@ def test_a_full_disk_keeps_the_reply_and_says_it_was_not_stored(tmp_path):
         filler.unlink()  # room again: stored as before
         again = c.responses.create(model="tiny", input="And then?", previous_response_id=stored.id, **GREEDY)
         assert c.responses.retrieve(again.id).id == again.id
+
+
+def test_a_stream_whose_reply_fails_ends_with_an_error_event(keyed):
+    """The reply fails after the stream began (the model was unloaded under it): the last
+    event is `error`, never a stream that just stops."""
+    answer = {}
+    with InterceptedGenerates(keyed.serving, hold=True) as spy:
+        asking = threading.Thread(target=lambda: answer.update(r=keyed.post(
+            "/v1/responses", {"model": "tiny", "input": "Hi", "stream": True, **GREEDY},
+            headers={"Authorization": "Bearer sk-alice"})))
+        asking.start()
+        assert spy.arrived.wait(30)
+        time.sleep(0.5)  # past the first-event wait: the stream's headers and first events are out
+        spy.sent[0].reply(Failed("The model was unloaded.", kind="unloaded"))
+        asking.join(30)
+    events = [json.loads(line[len("data: "):]) for line in answer["r"].body.decode().splitlines()
+              if line.startswith("data: ")]
+    assert answer["r"].status == 200 and events[0]["type"] == "response.created"
+    assert events[-1]["type"] == "error" and "unloaded" in events[-1]["message"]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
 
 
 # ------------------------------------------------------------------ the store at start
