@@ -16,7 +16,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from .messages import ModelSpec
+from .messages import ModelInfoEvent, ModelSpec
 
 EDGE = 1 << 20  # bytes hashed at each end of a file
 
@@ -40,3 +40,14 @@ def weights_identity(spec: ModelSpec) -> str:
     parts += [f"lora={file_identity(lora.path)}@{lora.alpha}" for lora in spec.loras]
     parts += [f"state={file_identity(s.path)}#{s.id}{'*' if s.default else ''}" for s in spec.states]
     return "|".join(parts)
+
+
+def fingerprint(model: ModelInfoEvent) -> str:
+    """Changes when the weights or the engine settings behind the same model id change.
+
+    The same on every replica serving the same files wherever they lie, so that replicas
+    sharing a response store use each other's states (and never another model's)."""
+    spec = model.spec
+    weights = model.identity or f"{spec.path}|{spec.loras}|{spec.states}"
+    key = f"{weights}|{model.info}"
+    return "fp_" + hashlib.sha1(key.encode()).hexdigest()[:10]

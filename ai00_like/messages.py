@@ -1,8 +1,8 @@
 """The messages between the tiers, in one table (docs/architecture.md, "The three tiers").
 
-api/ ──(requests below)──► middleware.py ──(GenerateJob)──► run.py
-  ▲                                                            │
-  └────────────── events, through each request's `reply` ◄─────┘
+api/ ──(requests below)──► middleware.py ──(GenerateJob)──► backend/
+  ▲                                                          │
+  └────────────── events, through each request's `reply` ◄───┘
 
 `reply` is a thread-safe callable that delivers one event to whoever waits for it
 (in the HTTP tier: `loop.call_soon_threadsafe(queue.put_nowait, event)`), so tokens

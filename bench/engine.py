@@ -27,7 +27,7 @@ both rows are printed.
 
 `--llama-cpp` adds llama.cpp's rows to the same run, as an optional anchor (never in CI):
 the same fp32 weights as f16, q8_0 and q4_0 GGUF files, each against our fp32 run. The first
-use builds llama-cpp-python into its own venv (minutes); see bench/llama_cpp.py.
+use builds llama-cpp-python into its own venv (minutes); see bench/llama_cpp_runner.py.
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ def main() -> None:
             **{p: run(OURS, bf16_checkpoint(shape), {"BENCH_PRECISION": p}, BATCHES) for p in precisions},
         })
         if args.llama_cpp:
-            import llama_cpp as llama_cpp_bench  # bench/llama_cpp.py, not the package
+            import llama_cpp_runner as llama_cpp_bench
 
             passes[-1].update({f"llama {t}": figures for t, figures in
                                llama_cpp_bench.measure_all(path, PROMPT, DECODE_STEPS, BATCHES).items()})

@@ -24,7 +24,7 @@ from aiohttp import web
 from ..config import Config
 from ..middleware import Middleware
 from ..response_store import StoreError
-from . import auth, files, logs, ops, site_checks
+from . import auth, files, logs, operations, site_checks
 from .ai00 import admin, downloads
 from .ai00 import models as ai00_models
 from .ai00 import types as ai00
@@ -104,11 +104,11 @@ AI00_ROUTES = [
           body=files.ConfigSaveRequest, returns=files.ConfigFile),
 ]
 
-# Operations: Prometheus metrics and the health probe (api/ops.py).
+# Operations: Prometheus metrics and the health probe (api/operations.py).
 OPS_ROUTES = [
-    Route("GET", "/metrics", ops.metrics_route, "Prometheus metrics (vLLM's names under `rwkv:`)"),
-    Route("GET", "/health", ops.health_route, "200 when a model is ready, 503 while loading, with none or shutting down",
-          returns=ops.Health),
+    Route("GET", "/metrics", operations.metrics_route, "Prometheus metrics (vLLM's names under `rwkv:`)"),
+    Route("GET", "/health", operations.health_route, "200 when a model is ready, 503 while loading, with none or shutting down",
+          returns=operations.Health),
 ]
 
 

@@ -1,4 +1,4 @@
-"""What GET /metrics exports (Prometheus); the route itself is in api/ops.py.
+"""What GET /metrics exports (Prometheus); the route itself is in api/operations.py.
 
 Names and meanings follow vLLM's (`openai-and-peers.md` §3) under our prefix `rwkv:`, so
 vLLM dashboards and alerts work after renaming the prefix. Two sources:

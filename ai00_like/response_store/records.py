@@ -38,7 +38,7 @@ class StoredResponse(msgspec.Struct, kw_only=True):
 
     id: str
     model: str
-    fingerprint: str  # the weights and settings that made it (generation.fingerprint)
+    fingerprint: str  # the weights and settings that made it (identity.fingerprint)
     created: int
     response: bytes  # the Response object, as GET returns it
     input_items: bytes  # a JSON list of the input items, as GET …/input_items returns them

@@ -2,7 +2,7 @@
 
 A shared store hands states to every replica, and a state read by other weights than the
 ones that made it gives wrong answers without any error. So the blob carries the model's
-fingerprint (api/oai/generation.fingerprint) in its header, and reading it back for another
+fingerprint (identity.fingerprint) in its header, and reading it back for another
 fingerprint gives nothing. Layout: MAGIC, the header's length (u32, little-endian), the
 header (msgpack: fingerprint, then dtype and shape of each part), then each part's raw
 bytes, C order: no compression (RNN states are dense floats) and no pickling.

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent / "support"))
 
 from conformance_cases import CASES, GREEDY_STEPS, prompt_for  # noqa: E402
 from reference import greedy_run  # noqa: E402

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import msgspec
 from aiohttp import web
 
+from ...identity import fingerprint
 from ...messages import ModelInfoEvent, TextPiece
 from ...sampler import SamplingOptions
 from ..body import decode_body
@@ -17,7 +18,6 @@ from .generation import (
     StreamFormat,
     chat_logprobs,
     check_logit_bias,
-    fingerprint,
     max_tokens,
     new_id,
     now,

@@ -13,13 +13,14 @@ import codecs
 import msgspec
 from aiohttp import web
 
+from ...identity import fingerprint
 from ...messages import Failed, ScorePrompt, TextPiece
 from ..body import decode_body
 from ..channel import EventChannel
 from ..errors import bad_request, from_failed
 from ..serving import Serving
 from .generation import (
-    GenerationRun, StreamFormat, check_logit_bias, fingerprint, max_tokens, new_id, now, sampling_options,
+    GenerationRun, StreamFormat, check_logit_bias, max_tokens, new_id, now, sampling_options,
     stop_strings, stream, token_text,
 )
 from .state import requested_state

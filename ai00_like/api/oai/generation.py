@@ -9,7 +9,6 @@ handler on disconnect, a write to a closed stream fails) so the slot is freed at
 
 from __future__ import annotations
 
-import hashlib
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -182,17 +181,6 @@ def new_id(prefix: str) -> str:
 
 def now() -> int:
     return int(time.time())
-
-
-def fingerprint(model: ModelInfoEvent) -> str:
-    """Changes when the weights or the engine settings behind the same model id change.
-
-    The same on every replica serving the same files wherever they lie, so that replicas
-    sharing a response store use each other's states (and never another model's)."""
-    spec = model.spec
-    weights = model.identity or f"{spec.path}|{spec.loras}|{spec.states}"
-    key = f"{weights}|{model.info}"
-    return "fp_" + hashlib.sha1(key.encode()).hexdigest()[:10]
 
 
 def token_text(tokenizer, token: int) -> tuple[str, list[int]]:

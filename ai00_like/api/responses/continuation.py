@@ -19,7 +19,7 @@ from ...response_store import Caller, StoredResponse
 from ...sampler import SamplingOptions, TokenCounts
 from ...sampler.params import DEFAULT_PENALTY_DECAY
 from ..errors import ApiError, bad_request
-from ..oai.generation import fingerprint
+from ...identity import fingerprint
 from ..oai.prompt import DEFAULT_TEMPLATE, assistant_turns
 from .items import read_input
 

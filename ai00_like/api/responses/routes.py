@@ -20,13 +20,14 @@ import time
 import msgspec
 from aiohttp import web
 
+from ...identity import fingerprint
 from ...messages import TextPiece
 from ...response_store import Caller, StoredResponse, StoreUnavailable
 from ...sampler import TokenCounts
 from ..body import decode_body
 from ..errors import ApiError, bad_request
 from ..oai.chat import ChatPlan, plan_chat
-from ..oai.generation import GenerationRun, fingerprint, run_as_sse
+from ..oai.generation import GenerationRun, run_as_sse
 from ..oai.reply import ReplyReader
 from ..oai.types import ChatCompletionRequest, ChatMessage
 from ..serving import Serving

@@ -1,0 +1,131 @@
+"""Which sequences hold the model's slots, and what each runs in the next step.
+
+Admission is first come, first served into free slots, starting from the longest cached
+prefix of each prompt; a prompt that another sequence is computing waits for it instead
+of being computed twice. A step gives every decoding slot its next token and shares the
+rest of the `token_chunk_size` budget among prefilling slots.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from ..messages import Started
+from .sequence import Sequence
+from .state_cache import CacheEntry, StateCache
+
+
+class Scheduler:
+    def __init__(self, model, cache: StateCache, *, token_chunk_size: int, checkpoint_interval: int):
+        self.model, self.cache = model, cache
+        self.token_chunk_size = max(1, token_chunk_size)
+        self.checkpoint_interval = max(1, checkpoint_interval)
+        self.slots: list[Sequence | None] = [None] * model.max_batch
+        self.waiting: deque[Sequence] = deque()
+
+    @property
+    def running(self) -> list[Sequence]:
+        return [s for s in self.slots if s is not None]
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting) or any(s is not None for s in self.slots)
+
+    def take_cancelled(self) -> tuple[list[Sequence], list[Sequence]]:
+        """The cancelled sequences: those in slots (still placed) and those that were waiting
+        (now dropped from the queue)."""
+        running = [s for s in self.running if s.cancelled]
+        waiting = [s for s in self.waiting if s.cancelled]
+        for seq in waiting:
+            self.waiting.remove(seq)
+        return running, waiting
+
+    # ------------------------------------------------------------------ admission
+
+    def admit(self) -> None:
+        while self.waiting and None in self.slots:
+            seq = self.waiting.popleft()
+            entry = seq.hit or self.cache.lookup(seq.job.partition, seq.prompt)
+            if entry is not None and not entry.ready:
+                entry.waiters.append(seq)  # the same prompt is being computed: wait for it
+                continue
+            self._place(seq, self.slots.index(None), entry)
+
+    def _place(self, seq: Sequence, slot: int, entry: CacheEntry | None) -> None:
+        seq.slot = slot
+        self.slots[slot] = seq
+        if entry is not None:
+            self.model.write_state(slot, entry.state)
+            seq.fed = seq.prompt[: entry.length]
+            seq.pending = seq.prompt[entry.length :]
+            seq.logits = entry.logits if not seq.pending else None
+        elif seq.job.initial_state is not None:
+            self.model.write_state(slot, seq.job.initial_state)
+            seq.fed, seq.pending = [], list(seq.prompt)
+        else:
+            self.model.reset(slot)
+            seq.fed, seq.pending = [], list(seq.prompt)
+        if seq.pending:
+            seq.reservation = self.cache.reserve(seq.job.partition, seq.prompt)
+        seq.send(Started(seq.index, len(seq.prompt), entry.length if entry is not None else 0))
+
+    # ------------------------------------------------------------------ one step
+
+    def plan(self) -> list[tuple[Sequence, list[int]]]:
+        active = [s for s in self.slots if s is not None and s.pending]
+        singles = [s for s in active if len(s.pending) == 1]
+        prefills = [s for s in active if len(s.pending) > 1]
+        plan = [(s, s.pending[:1]) for s in singles]
+        # Share the rest among prefilling slots, shortest first, so short prompts finish in
+        # one step beside a long one. A chunk never crosses a checkpoint boundary, so cache
+        # checkpoints land at fixed positions whatever the batch looked like.
+        limits = {}
+        for s in prefills:
+            to_boundary = self.checkpoint_interval - len(s.fed) % self.checkpoint_interval
+            limits[id(s)] = min(len(s.pending), to_boundary)
+        left = max(self.token_chunk_size - len(singles), 1)
+        for n, s in enumerate(sorted(prefills, key=lambda s: limits[id(s)])):
+            take = min(limits[id(s)], max(1, left // (len(prefills) - n)))
+            if take <= 0 or left <= 0:
+                break
+            plan.append((s, s.pending[:take]))
+            left -= take
+        return plan
+
+    def after_chunk(self, seq: Sequence, logits) -> None:
+        """Cache what the chunk reached: the whole prompt fills the sequence's reservation
+        (and wakes the sequences waiting on it), a checkpoint boundary gets an entry."""
+        if logits is not None:
+            seq.logits = logits
+        if len(seq.fed) == len(seq.prompt) and seq.reservation is not None:
+            entry, seq.reservation = seq.reservation, None
+            for waiter in self.cache.fill(entry, self.model.read_state(seq.slot), logits):
+                waiter.hit = entry
+                self.waiting.appendleft(waiter)
+        elif seq.pending and len(seq.fed) < len(seq.prompt) and len(seq.fed) % self.checkpoint_interval == 0:
+            self.cache.insert(seq.job.partition, seq.fed, self.model.read_state(seq.slot))
+
+    # ------------------------------------------------------------------ ending
+
+    def keep(self, seq: Sequence) -> None:
+        """Cache the state after everything `seq` has read, keyed by those tokens: the next
+        turn of a chat starts with them and computes only its new text."""
+        if seq.logits is not None and seq.fed and not seq.pending:
+            self.cache.insert(seq.job.partition, seq.fed, self.model.read_state(seq.slot), seq.logits)
+
+    def release(self, seq: Sequence) -> None:
+        if seq.reservation is not None:
+            for waiter in self.cache.abandon(seq.reservation):
+                self.waiting.appendleft(waiter)
+            seq.reservation = None
+        if seq.slot is not None and self.slots[seq.slot] is seq:
+            self.slots[seq.slot] = None
+        seq.slot = None
+
+    def drain(self) -> list[Sequence]:
+        """Every sequence placed, waiting or parked on a reservation, released."""
+        seqs = self.running + list(self.waiting) + self.cache.clear()
+        for seq in seqs:
+            self.release(seq)
+        self.waiting.clear()
+        return seqs
