@@ -21,7 +21,7 @@ from .rwkv import load_model, load_state
 from .rwkv.quant import head_quantised, quantisation_of
 from .rwkv.state import State
 from .rwkv.tokenizer import default_tokenizer_path, load_tokenizer
-from .backend import Backend
+from .backend.backend import Backend
 
 
 class PromptTooLong(ValueError):

@@ -10,7 +10,7 @@ The site checks (Host, Origin, CORS) run before these, in api/site_checks.py. Th
   the OpenAPI document. An empty bearer token is no token (config.py refuses empty keys).
 * `/admin/...` (models and files) needs `[listen] admin_key` when it is set (an API key
   does not pass); with no admin key, an API key when those are set; with neither, the
-  routes are open on loopback only (api/ai00/admin.py `admin_refusal`).
+  routes are open on loopback only (`admin_refusal` below).
 * A missing or wrong key is a 401 in OpenAI's envelope; keys are compared in constant time.
 * `/admin/...` bodies (POST, PUT, PATCH) must be JSON (`application/json` or `+json`), else
   415: what a page can send without a preflight is text/plain, a form or multipart. A
@@ -24,7 +24,6 @@ import hmac
 from aiohttp import web
 
 from . import site_checks
-from .ai00.admin import admin_refusal
 from .errors import ApiError
 
 # Routes that answer without a key: the health probe and the web page (its own handler).
@@ -130,3 +129,14 @@ def access_middleware(serving_key):
         return await handler(request)
 
     return access
+
+
+def admin_refusal(request: web.Request, serving) -> ApiError | None:
+    """With no key configured at all (api/auth.py checks the keys): admin routes are open
+    only while the server listens on loopback; listening beyond it, they are closed (Ai00
+    ships them open to everyone)."""
+    if not site_checks.is_loopback(serving.listen_host):
+        return ApiError(403, f"Admin routes are closed: the server listens on {serving.listen_host}, beyond this "
+                        "machine, and no [listen] admin_key is set", type="permission_error",
+                        code="admin_key_required")
+    return None

@@ -32,11 +32,11 @@ Preflights allow `Authorization`, `Content-Type` and the OpenAI SDK's `x-stainle
 
 from __future__ import annotations
 
+import ipaddress
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from .ai00.admin import is_loopback
 from .errors import ApiError
 
 OPEN_PATHS = frozenset({"/health"})  # answered whatever the Host: load balancers' probes
@@ -46,6 +46,15 @@ ALLOWED_HEADERS = frozenset({"authorization", "content-type", "accept", "x-reque
                              "last-event-id"})
 ALLOWED_HEADER_PREFIXES = ("x-stainless-", "openai-")
 EXPOSED_HEADERS = "X-Request-Id, Retry-After"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def forbidden(message: str, code: str) -> ApiError:

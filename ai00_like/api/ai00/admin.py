@@ -8,7 +8,6 @@ keeps serving and answers when it is ready; a failed load leaves the old one in 
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import uuid
 from pathlib import Path
@@ -150,21 +149,3 @@ def check_save_target(target: Path, shown: Path) -> None:
 # ------------------------------------------------------------------------------ who may use them
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def admin_refusal(request: web.Request, serving: Serving) -> ApiError | None:
-    """With no key configured at all (api/auth.py checks the keys): admin routes are open
-    only while the server listens on loopback; listening beyond it, they are closed (Ai00
-    ships them open to everyone)."""
-    if not is_loopback(serving.listen_host):
-        return ApiError(403, f"Admin routes are closed: the server listens on {serving.listen_host}, beyond this "
-                        "machine, and no [listen] admin_key is set", type="permission_error",
-                        code="admin_key_required")
-    return None
