@@ -1,6 +1,6 @@
 """How far a model (fp16, Int8, NF4) is from a reference (fp32) on the same tokens.
 
-The measure of the README's precision table and of the tests that hold it: the reference
+The measure of the precision table in docs/models.md and of the tests that hold it: the reference
 decodes greedily from a prompt; the model is fed the same prompt and the reference's tokens
 (so one near-tie cannot send it down another path and make every later step incomparable),
 and at each of the steps we compare logits and greedy choices.

@@ -7,7 +7,7 @@ file's own). The reference package runs on the same weights the file holds, wide
 fp32 (a bf16 file's rounded values, a prefab's dequantised blocks), so every form is exact:
 within 1e-3 of the logits' std over a 100-token prompt and 32 greedy steps, with the same
 greedy tokens. (How far fp16, Int8 and NF4 are from the fp32 weights they came from is
-bench/gpu.py's and the README's table's business.)
+bench/gpu.py's and docs/models.md's table's business.)
 """
 
 from __future__ import annotations

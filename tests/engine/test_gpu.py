@@ -187,7 +187,7 @@ def test_mixed_step_and_states_match_numpy_for_every_version(version):
             np.testing.assert_allclose(getattr(g, name), getattr(w, name), rtol=1e-4, atol=1e-5)
 
 
-# Lower precisions against fp32 on the GPU, the README's table: worst relative logit error
+# Lower precisions against fp32 on the GPU, the table in docs/models.md: worst relative logit error
 # (max |Δ| / std) over 64 greedy steps, and the share of steps with fp32's greedy token
 # (both fed the same tokens). fp16 on a synthetic fp32 model (the demo model is stored in
 # fp16, so fp16 would be exact there); Int8 and NF4 of every layer on the trained demo model.
@@ -253,7 +253,7 @@ def test_the_demo_model_runs_as_on_numpy():
 def test_quantised_kernels_compute_with_the_dequantised_weights(version, quant_type):
     """The GPU's on-the-fly dequantisation equals numpy's, so a numpy model given the
     dequantised matrices must produce the same logits (the quantisation error itself is in
-    the README's table, not a unit test's business)."""
+    docs/models.md's table, not a unit test's business)."""
     from ai00_like.rwkv.cpu.model import CpuModel
     from ai00_like.rwkv.gpu.model import GpuModel
     from ai00_like.rwkv.quant import dequantise, quantise

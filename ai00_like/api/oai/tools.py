@@ -1,6 +1,6 @@
 """OpenAI tool calling for RWKV: how tools and calls are written into the prompt, and read back.
 
-The prompt format (documented in README "Structured output"). The tools are offered in a
+The prompt format (documented in docs/api.md, "Structured output"). The tools are offered in a
 system turn before the conversation::
 
     System: You can call these functions. To call one, answer with

@@ -3,7 +3,7 @@
 Both expose ``encode(text)``, ``encode_bytes(data)``, ``decode_bytes(ids)``, ``decode(ids)``,
 ``token_bytes(id)``, ``vocab_size`` and ``eos_id`` (`byte_vocab.ByteVocab`); `StreamDecoder`
 turns a stream of ids into text without ever splitting a UTF-8 character. See
-docs/rwkv-spec.md §8.
+docs/background/rwkv-spec.md §8.
 """
 
 from __future__ import annotations
