@@ -47,6 +47,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import engine  # noqa: E402
+import record  # noqa: E402
 from conversation import first_token_seconds  # noqa: E402
 
 from ai00_like.lb_config import haproxy_config  # noqa: E402
@@ -194,6 +195,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--conversations", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="the 4-layer D256 model instead of the 0.1B shape")
+    parser.add_argument("--no-save", action="store_true", help=record.NO_SAVE_HELP)
     args = parser.parse_args()
     for tool in ("haproxy", "redis-server"):
         if not shutil.which(tool):
@@ -231,6 +233,7 @@ def main() -> None:
         summary[mode] = {"label": label, "ttft_ms": round(ttft * 1000, 1), "prompt_tokens": prompt, "read_tokens": read,
                          "ttft_ms_each": [round(r[0] * 1000, 1) for r in rows[mode]]}
     print(json.dumps(summary))
+    record.save("cluster", summary, args)
 
 
 if __name__ == "__main__":

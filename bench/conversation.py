@@ -23,6 +23,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import engine  # noqa: E402
+import record  # noqa: E402
 from http_tier import Server  # noqa: E402
 
 QUESTION = ("Turn {n}: tell me, in the words of the old books, what became of the city by the river "
@@ -54,6 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="the 4-layer D256 model instead of the 0.1B shape")
+    parser.add_argument("--no-save", action="store_true", help=record.NO_SAVE_HELP)
     args = parser.parse_args()
     path = engine.bf16_checkpoint("quick" if args.quick else "0.1B")
     server = Server(path, extra_model="cache_bytes = 0\n")
@@ -88,6 +90,7 @@ def main() -> None:
           f"chat with the whole history {summary['chat_last_over_turn2']:.2f}x; at turn {last['turn']} chat takes "
           f"{summary['chat_over_responses_at_last']:.1f}x the Responses API's time to first token")
     print(json.dumps(summary))
+    record.save("conversation", summary, args)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import record
 from shapes import CACHE, SHAPES, bf16_checkpoint
 
 THREADS = 2
@@ -183,7 +184,7 @@ def best_of_passes(figures: list[dict | None]) -> dict | None:
     return best
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", choices=list(SHAPES), default="0.1B",
                         help="the seeded model's shape (default 0.1B; 1.5B takes a 6 GB fp32 file and about "
@@ -202,7 +203,12 @@ def main() -> None:
                              "minutes, and a single pass can catch one engine in a slow spell and the next in a fast one")
     parser.add_argument("--no-paired", action="store_true",
                         help="skip the decode ratios measured step by step beside our fp32 in one process")
-    args = parser.parse_args()
+    parser.add_argument("--no-save", action="store_true", help=record.NO_SAVE_HELP)
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     shape = "quick" if args.quick else args.shape
     path, weight_bytes = checkpoint(shape)
     pinned_coretype = os.environ.get("OPENBLAS_CORETYPE")
@@ -210,6 +216,24 @@ def main() -> None:
     run(WARM, path, {}, BATCHES)
     for p in precisions:
         run(WARM, bf16_checkpoint(shape), {"BENCH_PRECISION": p}, BATCHES)
+    best = best_of_rounds(args, shape, path, precisions, pinned_coretype)
+    paired = {} if args.no_paired else {
+        p: run(PAIRED, bf16_checkpoint(shape), {"BENCH_PRECISION": p, "BENCH_FP32_PATH": str(path)}, BATCHES)
+        for p in precisions}
+    weights_mb = weight_bytes / 2**20
+
+    print(f"v7 {shape}, fp32 weights {weights_mb:.0f} MiB, {THREADS} threads; our BLAS: {best['ours']['blas']}")
+    print_against_reference(best)
+    print_against_fp32(best, precisions)
+    print_paired(paired)
+    print_pinned(best, pinned_coretype)
+    result = summary(shape, weights_mb, best, precisions, paired)
+    print(json.dumps(result))
+    record.save("engine", result, args)
+
+
+def best_of_rounds(args, shape: str, path: Path, precisions: list[str], pinned_coretype: str | None) -> dict:
+    """Every engine `args.rounds` times, all of them in turn each round: each one's best figures."""
     passes = []
     for _ in range(max(1, args.rounds)):
         passes.append({
@@ -223,60 +247,76 @@ def main() -> None:
 
             passes[-1].update({f"llama {t}": figures for t, figures in
                                llama_cpp_bench.measure_all(path, PROMPT, DECODE_STEPS, BATCHES).items()})
-    best = {name: best_of_passes([p[name] for p in passes]) for name in passes[0]}
-    paired = {} if args.no_paired else {
-        p: run(PAIRED, bf16_checkpoint(shape), {"BENCH_PRECISION": p, "BENCH_FP32_PATH": str(path)}, BATCHES)
-        for p in precisions}
-    ours, pinned, ref = best["ours"], best["pinned"], best["ref"]
-    weights_mb = weight_bytes / 2**20
+    return {name: best_of_passes([p[name] for p in passes]) for name in passes[0]}
 
-    print(f"v7 {shape}, fp32 weights {weights_mb:.0f} MiB, {THREADS} threads; our BLAS: {ours['blas']}")
+
+def row(label: str, a: float, b: float | None) -> None:
+    ratio = f"{a / b:8.2f}" if b else ""
+    print(f"{label:24}{a:12.1f}{(b or 0):12.1f}{ratio}")
+
+
+def print_against_reference(best: dict) -> None:
+    ours, ref = best["ours"], best["ref"]
     print(f"{'':24}{'ours':>12}{'reference':>12}{'ratio':>8}")
-
-    def row(label, a, b):
-        ratio = f"{a / b:8.2f}" if b else ""
-        print(f"{label:24}{a:12.1f}{(b or 0):12.1f}{ratio}")
-
     row(f"prefill {PROMPT} tok/s", ours["prefill_tps"], ref and ref["prefill_tps"])
-    ref_b1 = ref and ref["decode_tps"]["1"]
     for b in BATCHES:
-        row(f"decode batch {b} tok/s", ours["decode_tps"][str(b)], ref_b1)
+        row(f"decode batch {b} tok/s", ours["decode_tps"][str(b)], ref and ref["decode_tps"]["1"])
     row("peak memory MiB", ours["peak_mb"], ref and ref["peak_mb"])
-    lower = {p: best[p] for p in precisions}
 
-    def against_fp32(title: str, figures: dict) -> None:
+
+def print_against_fp32(best: dict, precisions: list[str]) -> None:
+    """Our lower precisions, then llama.cpp's files (if run), each against our fp32."""
+    titles = {p: f"ours {p} from the bf16 .pth, against our fp32 ({best[p]['blas']}):" for p in precisions}
+    for name, figures in llama_figures(best).items():
+        titles[f"llama {name}"] = (f"llama.cpp {name} GGUF of the same weights ({figures['file_mb']:.0f} MiB), "
+                                   "against our fp32:")
+    ours = best["ours"]
+    for name, title in titles.items():
+        figures = best[name]
         print(title)
         row(f"prefill {PROMPT} tok/s", figures["prefill_tps"], ours["prefill_tps"])
         for b in BATCHES:
             row(f"decode batch {b} tok/s", figures["decode_tps"][str(b)], ours["decode_tps"][str(b)])
         row("peak memory MiB", figures["peak_mb"], ours["peak_mb"])
 
-    for p, figures in lower.items():
-        against_fp32(f"ours {p} from the bf16 .pth, against our fp32 ({figures['blas']}):", figures)
-    llama = {name.split(" ", 1)[1]: figures for name, figures in best.items() if name.startswith("llama ")}
-    if llama:
-        for t, figures in llama.items():
-            against_fp32(f"llama.cpp {t} GGUF of the same weights ({figures['file_mb']:.0f} MiB), against our fp32:",
-                         figures)
-    if paired:
-        print("decode beside our fp32 in one process, a step of each in turn: tokens/s (medians), "
-              "and the median of fp32's step time over this one's")
-        print(f"{'':12}" + "".join(f"{f'batch {b}':>26}" for b in BATCHES))
-        for p, figures in paired.items():
-            print(f"{p:12}" + "".join(f"{figures[str(b)]['tps']:9.1f} /{figures[str(b)]['fp32_tps']:7.1f} ={figures[str(b)]['ratio']:6.2f}"
-                                      for b in BATCHES))
-    if pinned:
-        print(f"ours with the environment's OPENBLAS_CORETYPE={pinned_coretype} ({pinned['blas']}):")
-        row(f"prefill {PROMPT} tok/s", pinned["prefill_tps"], ref and ref["prefill_tps"])
-        for b in BATCHES:
-            row(f"decode batch {b} tok/s", pinned["decode_tps"][str(b)], ref_b1)
+
+def print_paired(paired: dict) -> None:
+    if not paired:
+        return
+    print("decode beside our fp32 in one process, a step of each in turn: tokens/s (medians), "
+          "and the median of fp32's step time over this one's")
+    print(f"{'':12}" + "".join(f"{f'batch {b}':>26}" for b in BATCHES))
+    for p, figures in paired.items():
+        print(f"{p:12}" + "".join(f"{figures[str(b)]['tps']:9.1f} /{figures[str(b)]['fp32_tps']:7.1f} ={figures[str(b)]['ratio']:6.2f}"
+                                  for b in BATCHES))
+
+
+def print_pinned(best: dict, pinned_coretype: str | None) -> None:
+    pinned, ref = best["pinned"], best["ref"]
+    if not pinned:
+        return
+    print(f"ours with the environment's OPENBLAS_CORETYPE={pinned_coretype} ({pinned['blas']}):")
+    row(f"prefill {PROMPT} tok/s", pinned["prefill_tps"], ref and ref["prefill_tps"])
+    for b in BATCHES:
+        row(f"decode batch {b} tok/s", pinned["decode_tps"][str(b)], ref and ref["decode_tps"]["1"])
+
+
+def llama_figures(best: dict) -> dict:
+    """llama.cpp's best figures by GGUF type (none unless --llama-cpp)."""
+    return {name.split(" ", 1)[1]: figures for name, figures in best.items() if name.startswith("llama ")}
+
+
+def summary(shape: str, weights_mb: float, best: dict, precisions: list[str], paired: dict) -> dict:
+    """The JSON line's (and the saved file's) results."""
+    ours, pinned, ref = best["ours"], best["pinned"], best["ref"]
+    ref_b1 = ref and ref["decode_tps"]["1"]
     result = {
         "shape": shape,
         "weights_mb": weights_mb,
         "ours": ours,
         "reference": ref,
         "ours_pinned_blas": pinned,
-        "ours_lower_precisions": lower,
+        "ours_lower_precisions": {p: best[p] for p in precisions},
         "paired_with_fp32": paired,
         "ratios": {
             "prefill": ref and ours["prefill_tps"] / ref["prefill_tps"],
@@ -286,9 +326,10 @@ def main() -> None:
             "decode_b16_pinned_blas_vs_ref_b1": ref and pinned and pinned["decode_tps"]["16"] / ref_b1,
         },
     }
+    llama = llama_figures(best)
     if llama:
         result["llama_cpp"] = llama
-    print(json.dumps(result))
+    return result
 
 
 if __name__ == "__main__":

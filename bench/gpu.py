@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import record
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -168,7 +169,7 @@ def throughput(model, prompt: list[int], steps: int) -> dict:
 
 
 def precision_figures(adapter: int) -> dict:
-    """The README's precision table; the same measure as tests/test_gpu.py's bounds."""
+    """The precision table of docs/models.md; the same measure as tests/engine/test_gpu.py's bounds."""
     from ai00_like.rwkv import load_model
     from ai00_like.rwkv.formats.safetensors import write_safetensors
 
@@ -197,6 +198,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--adapter", type=int, default=None, help="adapter index (default: the best, software too)")
     parser.add_argument("--quick", action="store_true", help="smaller matrices and model")
+    parser.add_argument("--no-save", action="store_true", help=record.NO_SAVE_HELP)
     args = parser.parse_args()
     adapter = args.adapter if args.adapter is not None else best_adapter(allow_software=True).index
     info = list_adapters()[adapter]
@@ -236,8 +238,9 @@ def main() -> None:
     precision = precision_figures(adapter)
     for name, p in precision.items():
         print(f"{name}: max |Δlogits|/std {p['max_rel_err']:.2e}, greedy agreement {p['agreement']:.3f} over 64 steps")
-    print(json.dumps({"adapter": info.describe(), "kernels": kernels, "speed": speed, "memory": memory,
-                      "precision": precision}))
+    results = {"adapter": info.describe(), "kernels": kernels, "speed": speed, "memory": memory, "precision": precision}
+    print(json.dumps(results))
+    record.save("gpu", results, args)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
+import record
 from engine import SHAPES  # the seeded checkpoint shapes of bench/engine.py
 
 from ai00_like.api.oai.tools import call_text, compact
@@ -111,6 +112,7 @@ def per_token_ms(grammar, tokens: list[int]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a 4-layer D256 model for the baseline step")
+    parser.add_argument("--no-save", action="store_true", help=record.NO_SAVE_HELP)
     args = parser.parse_args()
     shape = "quick" if args.quick else "0.1B"
 
@@ -147,11 +149,13 @@ def main() -> None:
     for name, r in runs.items():
         print(f"{name:28}{r['tokens']:8d}{r['mean_ms']:10.3f}{r['p90_ms']:10.3f}{r['max_ms']:10.3f}"
               f"{r['mean_ms'] / step:10.2%}")
-    print(json.dumps({
+    results = {
         "shape": shape, "vocab": VOCAB, "decode_step_ms": step, "vocabulary_index_ms": index_s * 1e3,
         "schema_compile_first_ms": first_ms, "schema_compile_cached_ms": cached_ms, "per_token": runs,
         "ratios": {f"{name}_mask_vs_step": r["mean_ms"] / step for name, r in runs.items()},
-    }))
+    }
+    print(json.dumps(results))
+    record.save("grammar", results, args)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+import record
 
 from ai00_like.messages import (
     Cancel,
@@ -229,6 +230,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64, help="tokens per request (default 64)")
     parser.add_argument("--repeats", type=int, default=20, help="1-token requests timed (default 20)")
     parser.add_argument("--rounds", type=int, default=3, help="turns of each measurement, best kept (default 3)")
+    parser.add_argument("--no-save", action="store_true", help=record.NO_SAVE_HELP)
     args = parser.parse_args()
     path = model_file()
     concurrency = (1, 4, 16)
@@ -260,6 +262,7 @@ def main() -> None:
     print(f"1-token request: HTTP {http_latency * 1000:.1f} ms, core {core_latency * 1000:.1f} ms, "
           f"added by HTTP {added * 1000:.1f} ms")
     print(json.dumps(results))
+    record.save("http_tier", results, args)
 
 
 if __name__ == "__main__":

@@ -212,9 +212,12 @@ def default_checkpoint() -> Path:
 
 
 def main() -> None:
+    import record  # here, not at the top: the child loads this file by path, without bench/ on sys.path
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="verify the conversion against our engine")
     parser.add_argument("--checkpoint", type=Path, help="an fp32 v7 .pth (default: bench/engine.py's 0.1B)")
+    parser.add_argument("--no-save", action="store_true", help=record.NO_SAVE_HELP)
     args = parser.parse_args()
     path = args.checkpoint or default_checkpoint()
     if args.check:
@@ -225,11 +228,14 @@ def main() -> None:
                   f"(mean {r['mean_abs_err_over_std']:.2e}), same argmax {r['argmax_agree']:.0%}")
         print(f"tokenizer agrees with ours: {report['tokenizer_agrees']}")
         print(json.dumps(report))
+        record.save("llama_cpp_check", report, args)
         return
     from engine import BATCHES, DECODE_STEPS, PROMPT
 
-    for t, figures in measure_all(path, PROMPT, DECODE_STEPS, BATCHES).items():
+    measured = measure_all(path, PROMPT, DECODE_STEPS, BATCHES)
+    for t, figures in measured.items():
         print(json.dumps({"type": t, **figures}))
+    record.save("llama_cpp", measured, args)
 
 
 # ------------------------------------------------------------------ child side (llama venv)

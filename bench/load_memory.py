@@ -27,7 +27,8 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from shapes import CACHE, SHAPES, bf16_checkpoint
+import record
+from shapes import CACHE, bf16_checkpoint
 
 THREADS = 2
 MAX_BATCH = 4
@@ -86,6 +87,7 @@ CONVERSIONS = {
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", choices=["0.4B", "1.5B"], default="1.5B")
+    parser.add_argument("--no-save", action="store_true", help=record.NO_SAVE_HELP)
     args = parser.parse_args()
     path = bf16_checkpoint(args.shape)
     size = path.stat().st_size
@@ -114,6 +116,7 @@ def main() -> None:
             out.unlink()
     results["runtime_bytes"] = runtime
     print(json.dumps(results))
+    record.save("load_memory", results, args)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 
+import record
 from ai00_like.sampler import Mirostat, Nucleus, RequestSampler, SamplingOptions, Typical, sample_batch
 
 VOCAB = 65536
@@ -79,6 +80,7 @@ def time_reference(batch: int, logit_sets: list[np.ndarray], steps: int) -> floa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer steps")
+    parser.add_argument("--no-save", action="store_true", help=record.NO_SAVE_HELP)
     args = parser.parse_args()
     steps = 8 if args.quick else 40
 
@@ -102,18 +104,16 @@ def main() -> None:
     else:
         print("(reference rwkv/torch not installed: no comparison)")
 
-    print(
-        json.dumps(
-            {
-                "bench": "sampler",
-                "vocab": VOCAB,
-                "steps": steps,
-                "ms_per_step": results,
-                "reference_nucleus_ms": {k: (round(v, 3) if v is not None else None) for k, v in reference.items()},
-                "nucleus_speedup_vs_reference": ratios,
-            }
-        )
-    )
+    summary = {
+        "bench": "sampler",
+        "vocab": VOCAB,
+        "steps": steps,
+        "ms_per_step": results,
+        "reference_nucleus_ms": {k: (round(v, 3) if v is not None else None) for k, v in reference.items()},
+        "nucleus_speedup_vs_reference": ratios,
+    }
+    print(json.dumps(summary))
+    record.save("sampler", summary, args)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import record  # noqa: E402
 from engine import checkpoint  # noqa: E402
 
 from ai00_like.messages import Cancel, Failed, Finished, Generate, Load, Loaded, ModelSpec, TextPiece  # noqa: E402
@@ -175,6 +176,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="the small model of bench/engine.py --quick")
     parser.add_argument("--repeats", type=int, default=3, help="runs per side and concurrency; the best counts")
+    parser.add_argument("--no-save", action="store_true", help=record.NO_SAVE_HELP)
     args = parser.parse_args()
     path, _ = checkpoint("quick" if args.quick else "0.1B")
     results: dict = {"shape": "quick" if args.quick else "0.1B", "repeats": args.repeats, "decode": {}}
@@ -194,6 +196,7 @@ def main() -> None:
     print(f"TTFT of a short request beside a 4,000-word prefill: {beside * 1000:.0f} ms = "
           f"{beside / step:.2f} prefill steps of {step * 1000:.0f} ms")
     print(json.dumps(results))
+    record.save("serve", results, args)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import json
 import time
 from pathlib import Path
 
+import record
 from ai00_like.rwkv.tokenizer import WorldTokenizer, default_tokenizer_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,6 +39,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=1_000_000, help="corpus bytes (default 1 MB)")
     ap.add_argument("--repeat", type=int, default=3, help="best of N timings (default 3)")
+    ap.add_argument("--no-save", action="store_true", help=record.NO_SAVE_HELP)
     args = ap.parse_args()
 
     corpus = mixed_corpus(seed=0, size=args.size)
@@ -96,6 +98,7 @@ def main() -> None:
     for name, seconds, rate in rows:
         print(f"{name:28} {seconds:9.3f} {'' if rate is None else f'{rate:12,.0f}'}")
     print(json.dumps(result))
+    record.save("tokenizer", result, args)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import msgspec
 from aiohttp import web
 
 from ...identity import fingerprint
-from ...messages import TextPiece
+from ...messages import Finished, TextPiece
 from ...response_store import Caller, StoredResponse, StoreUnavailable
 from ...sampler import TokenCounts
 from ..body import decode_body
@@ -107,8 +107,10 @@ async def _continuation(serving: Serving, req: CreateResponse, caller: Caller, t
                                    tools=tools)
 
 
-class Turn(msgspec.Struct):
-    """One request's turn of a conversation: what its stored record is made of."""
+class ResponseTurn(msgspec.Struct, kw_only=True):
+    """One request's turn of a conversation, from its reading to its record: what its
+    generation, its Response and its stored record are made of, so that the steps between
+    pass this and not a list of its parts."""
 
     req: CreateResponse
     plan: ChatPlan
@@ -116,26 +118,61 @@ class Turn(msgspec.Struct):
     continuation: Continuation
     seed: TokenCounts  # the penalties' starting counts
     items: list[dict]  # the input items, as stored
-    tools: bytes
-    ident: str
-    created: int
+    tools: bytes  # the request's tools, encoded: as stored, and to tell whether they changed
+    ident: str = msgspec.field(default_factory=lambda: new_id("resp"))
+    created: int = msgspec.field(default_factory=lambda: int(time.time()))
+
+    def generation(self, serving: Serving) -> GenerationRun:
+        """The reply's run, read from the previous response's state where there is one."""
+        req, plan = self.req, self.plan
+        text, prefix = self.continuation.prompt(plan.rendered.prompt, plan.model.tokenizer)
+        return GenerationRun(serving, plan.model, [text], n=1, options=plan.options, max_tokens=plan.budget,
+                             stop=plan.stop, model_text=self.seed, state=self.continuation.state, prefix=prefix,
+                             keep_state=req.store is not False and serving.responses is not None)
+
+    def response(self, *, status: str, output: list, usage: ResponseUsage | None = None) -> Response:
+        req, plan = self.req, self.plan
+        fmt = req.text.format if req.text and req.text.format else None
+        return Response(
+            id=self.ident, created_at=self.created, status=status,
+            completed_at=int(time.time()) if status == "completed" else None,
+            incomplete_details=IncompleteDetails("max_output_tokens") if status == "incomplete" else None,
+            instructions=req.instructions, max_output_tokens=req.max_output_tokens, model=plan.model.name,
+            output=output, parallel_tool_calls=req.parallel_tool_calls is not False,
+            previous_response_id=req.previous_response_id,
+            reasoning=ReasoningConfig(req.reasoning.effort if req.reasoning else None) if plan.reasoning else None,
+            store=req.store is not False, temperature=req.temperature, text=TextConfig(
+                {k: v for k, v in msgspec.to_builtins(fmt).items() if v is not None} if fmt else {"type": "text"}),
+            tool_choice=msgspec.to_builtins(req.tool_choice) if req.tool_choice is not None else "auto",
+            tools=[msgspec.to_builtins(t) for t in req.tools or ()], top_p=req.top_p,
+            usage=usage if usage is not None else msgspec.UNSET,
+            user=req.user if req.user is not None else msgspec.UNSET, metadata=req.metadata or {})
+
+    def record(self, response: Response, finished: Finished) -> StoredResponse:
+        """The stored record of `response`, the reply `finished` ended this turn with."""
+        plan = self.plan
+        history = continuation.after_reply(self.seed, response.output, plan.options, plan.model.tokenizer)
+        own = StoredResponse(id=response.id, model=plan.model.name, fingerprint=fingerprint(plan.model),
+                             created=response.created_at, response=_encode(response), input_items=_encode(self.items),
+                             tools=self.tools, tokens=(), tail=finished.unfed, owner=self.caller.owner,
+                             history=history.to_bytes(), has_state=True)
+        return self.continuation.record(own, finished.fed)
 
 
-def _response(turn: Turn, *, status: str, output: list, usage: ResponseUsage | None = None) -> Response:
-    req, plan, ident, created = turn.req, turn.plan, turn.ident, turn.created
-    fmt = req.text.format if req.text and req.text.format else None
-    return Response(
-        id=ident, created_at=created, status=status, completed_at=int(time.time()) if status == "completed" else None,
-        incomplete_details=IncompleteDetails("max_output_tokens") if status == "incomplete" else None,
-        instructions=req.instructions, max_output_tokens=req.max_output_tokens, model=plan.model.name, output=output,
-        parallel_tool_calls=req.parallel_tool_calls is not False, previous_response_id=req.previous_response_id,
-        reasoning=ReasoningConfig(req.reasoning.effort if req.reasoning else None) if plan.reasoning else None,
-        store=req.store is not False, temperature=req.temperature, text=TextConfig(
-            {k: v for k, v in msgspec.to_builtins(fmt).items() if v is not None} if fmt else {"type": "text"}),
-        tool_choice=msgspec.to_builtins(req.tool_choice) if req.tool_choice is not None else "auto",
-        tools=[msgspec.to_builtins(t) for t in req.tools or ()], top_p=req.top_p,
-        usage=usage if usage is not None else msgspec.UNSET, user=req.user if req.user is not None else msgspec.UNSET,
-        metadata=req.metadata or {})
+async def _open_turn(request: web.Request, serving: Serving, req: CreateResponse) -> ResponseTurn:
+    """The request read as its conversation's next turn: its input, where the conversation
+    picks up, and the chat plan of its reply."""
+    chat = _as_chat(req)
+    messages, items = read_input(req.input)
+    if req.instructions:
+        messages.insert(0, ChatMessage(role="system", content=req.instructions))
+    if req.store is not False:  # a store that is down is said before the reply is made, not after
+        await _ask(serving.responses.check)
+    caller, tools = caller_of(request, serving.config.listen), _encode(req.tools or [])
+    cont = await _continuation(serving, req, caller, tools)
+    plan = await plan_chat(serving, chat, messages, announce_tools=cont.announce_tools)
+    seed = continuation.penalty_seed(cont.previous, messages, plan.options, plan.model.tokenizer)
+    return ResponseTurn(req=req, plan=plan, caller=caller, continuation=cont, seed=seed, items=items, tools=tools)
 
 
 def _usage(run: GenerationRun, reply: ReplyReader) -> ResponseUsage:
@@ -145,25 +182,19 @@ def _usage(run: GenerationRun, reply: ReplyReader) -> ResponseUsage:
                          OutputTokensDetails(reply.reasoning_tokens), u.total_tokens)
 
 
-async def _keep(serving: Serving, turn: Turn, response: Response, run: GenerationRun) -> bool:
+async def _keep(serving: Serving, turn: ResponseTurn, response: Response, run: GenerationRun) -> bool:
     """Store the finished response (unless `store` is false) with the state it ended in.
     False when the store failed: the reply is given all the same, and the failure is
     logged and counted, since a client that saw an error would only generate it again."""
     finished = run.choices[0].finished
     if turn.req.store is False or serving.responses is None or finished is None or finished.state is None:
         return True
-    plan = turn.plan
-    history = continuation.after_reply(turn.seed, response.output, plan.options, plan.model.tokenizer)
-    own = StoredResponse(id=response.id, model=plan.model.name, fingerprint=fingerprint(plan.model),
-                         created=response.created_at, response=_encode(response), input_items=_encode(turn.items),
-                         tools=turn.tools, tokens=(), tail=finished.unfed, owner=turn.caller.owner,
-                         history=history.to_bytes(), has_state=True)
-    record = turn.continuation.record(own, finished.fed)
+    record = turn.record(response, finished)
     try:
         await asyncio.get_running_loop().run_in_executor(None, serving.responses.put, record, finished.state)
     except StoreUnavailable as e:
         log.warning("response %s was given but not stored: %s", response.id, e)
-        serving.metrics.store_failures.labels(plan.model.name, serving.metrics.replica).inc()
+        serving.metrics.store_failures.labels(turn.plan.model.name, serving.metrics.replica).inc()
         return False
     return True
 
@@ -176,46 +207,32 @@ async def create_response(request: web.Request, serving: Serving):
     req = await decode_body(request, CreateResponse, serving.config.listen.max_body_bytes)
     if serving.responses is None:  # a server without a store keeps nothing, and says so
         req = msgspec.structs.replace(req, store=False)
-    chat = _as_chat(req)
-    messages, items = read_input(req.input)
-    if req.instructions:
-        messages.insert(0, ChatMessage(role="system", content=req.instructions))
-    if req.store is not False:  # a store that is down is said before the reply is made, not after
-        await _ask(serving.responses.check)
-    caller, tools = caller_of(request, serving.config.listen), _encode(req.tools or [])
-    cont = await _continuation(serving, req, caller, tools)
-    plan = await plan_chat(serving, chat, messages, announce_tools=cont.announce_tools)
-    seed = continuation.penalty_seed(cont.previous, messages, plan.options, plan.model.tokenizer)
-    text, prefix = cont.prompt(plan.rendered.prompt, plan.model.tokenizer)
-    run = GenerationRun(serving, plan.model, [text], n=1, options=plan.options, max_tokens=plan.budget,
-                        stop=plan.stop, model_text=seed, state=cont.state, prefix=prefix,
-                        keep_state=req.store is not False and serving.responses is not None)
-    turn = Turn(req, plan, caller, cont, seed, items, tools, new_id("resp"), int(time.time()))
+    turn = await _open_turn(request, serving, req)
+    run = turn.generation(serving)
     if req.stream:
         return await _stream(request, serving, turn, run)
     result = (await run.collect())[0]
-    reply, builder = plan.reader(), OutputBuilder()
+    reply, builder = turn.plan.reader(), OutputBuilder()
     builder.push(reply.opened)
     for piece, count in zip(result.text, result.piece_tokens):
         builder.push(reply.push(piece, count))
     builder.push(reply.finish())
     builder.finish(cut=result.finish == "length")
     status = "incomplete" if result.finish == "length" else "completed"
-    response = _response(turn, status=status, output=builder.items, usage=_usage(run, reply))
+    response = turn.response(status=status, output=builder.items, usage=_usage(run, reply))
     if await _keep(serving, turn, response, run):
         return response
     return web.Response(body=_encode(_finished(response, False)), content_type="application/json",
                         headers={STORE_HEADER: "failed"})
 
 
-async def _stream(request: web.Request, serving: Serving, turn: Turn, run: GenerationRun):
+async def _stream(request: web.Request, serving: Serving, turn: ResponseTurn, run: GenerationRun):
     """The response as typed server-sent events, ending with response.completed (or
     .incomplete), or with an error event when the reply cannot be finished."""
-    plan = turn.plan
 
     async def write(out: EventStream, pieces) -> None:
-        reply, builder = plan.reader(), OutputBuilder()
-        pending = _response(turn, status="in_progress", output=[])
+        reply, builder = turn.plan.reader(), OutputBuilder()
+        pending = turn.response(status="in_progress", output=[])
         for event in [builder.response_event("created", pending), builder.response_event("in_progress", pending),
                       *builder.push(reply.opened)]:
             await out.send_typed(event)
@@ -231,8 +248,8 @@ async def _stream(request: web.Request, serving: Serving, turn: Turn, run: Gener
         cut = run.choices[0].finish == "length"
         for event in builder.push(reply.finish()) + builder.finish(cut):
             await out.send_typed(event)
-        response = _response(turn, status="incomplete" if cut else "completed", output=builder.items,
-                             usage=_usage(run, reply))
+        response = turn.response(status="incomplete" if cut else "completed", output=builder.items,
+                                 usage=_usage(run, reply))
         stored = await _keep(serving, turn, response, run)  # stored before it is announced
         await out.send_typed(builder.response_event("incomplete" if cut else "completed", _finished(response, stored)))
         await out.done(marker=False)
