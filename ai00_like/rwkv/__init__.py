@@ -57,7 +57,6 @@ def load_model(
     `progress(done, total)` follows the preparation of the layers (where fp16/bf16 weights
     are converted).
     """
-    from .cpu.model import CpuModel, kept_precision
     from .loader import read_checkpoint
     from .memory import check_fits
     from .quant import quant_options, quantise_tensors
@@ -81,6 +80,8 @@ def load_model(
     if adapter is not None:
         return GpuModel(tensors, checkpoint.info, max_batch=max_batch, initial_state=initial,
                         progress=progress, adapter=adapter, precision=precision)
+    from .cpu.model import CpuModel, kept_precision  # here: a GPU-only process never loads the CPU kernels
+
     precision = kept_precision(tensors, precision)
     check_fits(tensors, precision, path)  # before the first weight is converted or read
     return CpuModel(tensors, checkpoint.info, max_batch=max_batch, initial_state=initial, progress=progress,

@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from ..rwkv.cpu.jit import LAUNCH, compiler, in_passing_thread, release_compiler_pages
-from ..rwkv.cpu.ops import SKINNY_ROWS
+from ..rwkv.cpu.skinny import SKINNY_ROWS  # from where it is defined: ops.py would pull in every weight form
 
 MAX_TOP_K = 512
 BLOCKS = 1024  # the interleaved blocks of topk.py's threshold; also the chunk length
@@ -127,19 +127,44 @@ def sample_rows(logits, pen_ids, pen_values, pen_start, top_k, top_p, temperatur
 def sample_row(raw, pen_ids, pen_values, k, top_p, temperature, uniform):  # pragma: no cover - compiled by numba
     """One row's (token, status)."""
     vocab, greedy = raw.shape[0], k == 1
-    chunk = np.empty(BLOCKS, dtype=np.float32)  # the row less its penalties, a chunk at a time
     block_max = np.full(BLOCKS, -np.inf, dtype=np.float32)
     block_arg = np.zeros(BLOCKS, dtype=np.int64)  # where each block's max first occurs
+    top, total, poison = first_pass(raw, pen_ids, pen_values, greedy, block_max, block_arg)
+    best = block_max.max()
+    if poison != 0.0 or best == -np.inf:
+        return 0, NUMPY
+    if greedy:
+        return first_best(block_max, block_arg, best, vocab), DONE
+    # topk.py's threshold: the k-th largest block maximum is at most the k-th
+    # largest logit, and only blocks whose maximum reaches it hold candidates.
+    threshold = np.partition(block_max, BLOCKS - k)[BLOCKS - k]
+    ids = np.empty(MAX_CANDIDATES + pen_ids.size, dtype=np.int64)
+    found = gather(raw, block_max, threshold, ids)
+    if found < 0:
+        return 0, NUMPY
+    values = np.empty(found + pen_ids.size, dtype=np.float32)
+    count = penalise(raw, pen_ids, pen_values, threshold, ids, values, found)
+    if count == 0:  # (a rounding apart from the first pass)
+        return 0, NUMPY
+    log_norm = top + math.log(total)
+    return cut_and_draw(ids[:count], values[:count], k, log_norm, top_p, temperature, uniform), DONE
+
+
+def first_pass(raw, pen_ids, pen_values, greedy, block_max, block_arg):  # pragma: no cover - compiled by numba
+    """The one read of the whole row: fills `block_max`/`block_arg` and returns (top, total,
+    poison), the row's max, the sum of exp(logit - top) (not for greedy rows) and a NaN
+    once a NaN or ±inf has gone by."""
+    chunk = np.empty(BLOCKS, dtype=np.float32)  # the row less its penalties, a chunk at a time
     lanes = np.empty(LANES, dtype=np.float32)
     # exp(x) = 2^n · 2^f: the polynomial for 2^f goes to `fraction`, 2^n is built in
     # `exponent`'s bits (read back through `power`), so every loop vectorises.
     fraction = np.empty(BLOCKS, dtype=np.float32)
     exponent = np.empty(BLOCKS, dtype=np.int32)
     power = exponent.view(np.float32)
-    top, total = -np.inf, 0.0  # the running max and sum of exp(logit - top)
-    poison = np.float32(0.0)  # NaN once a NaN or ±inf has gone by
+    top, total = -np.inf, 0.0
+    poison = np.float32(0.0)
     next_pen = 0
-    for base in range(0, vocab, BLOCKS):
+    for base in range(0, raw.shape[0], BLOCKS):
         for j in range(BLOCKS):
             chunk[j] = raw[base + j]
         while next_pen < pen_ids.size and pen_ids[next_pen] < base + BLOCKS:
@@ -153,84 +178,101 @@ def sample_row(raw, pen_ids, pen_values, k, top_p, temperature, uniform):  # pra
             poison += v * np.float32(0.0)
         if greedy:
             continue
-        # The chunk's max through LANES running maxima: a plain running max does
-        # not vectorise.
-        lanes[:] = -np.inf
-        for i in range(0, BLOCKS, LANES):
-            for l in range(LANES):
-                lanes[l] = max(lanes[l], chunk[i + l])
-        chunk_top = lanes.max()
-        for j in range(BLOCKS):
-            t = max(chunk[j] - chunk_top, np.float32(-87.0)) * np.float32(1.442695)
-            n = np.floor(t)
-            f = t - n
-            p = np.float32(1.8775767e-3)
-            p = p * f + np.float32(8.9893397e-3)
-            p = p * f + np.float32(5.5826318e-2)
-            p = p * f + np.float32(2.4015361e-1)
-            p = p * f + np.float32(6.9315308e-1)
-            fraction[j] = p * f + np.float32(9.9999994e-1)
-            exponent[j] = (np.int32(n) + 127) << 23
-        chunk_sum = np.float32(0.0)
-        for j in range(BLOCKS):
-            chunk_sum += fraction[j] * power[j]
+        chunk_top = chunk_max(chunk, lanes)
+        chunk_sum = exp_sum(chunk, chunk_top, fraction, exponent, power)
         if chunk_top > top:
             total = total * math.exp(top - chunk_top) + chunk_sum
             top = chunk_top
         elif chunk_top > -np.inf:
             total += chunk_sum * math.exp(chunk_top - top)
-    best = block_max.max()
-    if poison != 0.0 or best == -np.inf:
-        return 0, NUMPY
-    if greedy:  # the first token with the highest logit
-        first = vocab
-        for b in range(BLOCKS):
-            if block_max[b] == best:
-                first = min(first, block_arg[b])
-        return first, DONE
-    # topk.py's threshold: the k-th largest block maximum is at most the k-th
-    # largest logit, and only blocks whose maximum reaches it hold candidates.
-    threshold = np.partition(block_max, BLOCKS - k)[BLOCKS - k]
-    ids = np.empty(MAX_CANDIDATES + pen_ids.size, dtype=np.int64)
+    return top, total, poison
+
+
+def chunk_max(chunk, lanes):  # pragma: no cover - compiled by numba
+    """The chunk's max through LANES running maxima: a plain running max does not vectorise."""
+    lanes[:] = -np.inf
+    for i in range(0, BLOCKS, LANES):
+        for l in range(LANES):
+            lanes[l] = max(lanes[l], chunk[i + l])
+    return lanes.max()
+
+
+def exp_sum(chunk, chunk_top, fraction, exponent, power):  # pragma: no cover - compiled by numba
+    """The sum of exp(v - chunk_top) over the chunk, by the degree-5 polynomial."""
+    for j in range(BLOCKS):
+        t = max(chunk[j] - chunk_top, np.float32(-87.0)) * np.float32(1.442695)
+        n = np.floor(t)
+        f = t - n
+        p = np.float32(1.8775767e-3)
+        p = p * f + np.float32(8.9893397e-3)
+        p = p * f + np.float32(5.5826318e-2)
+        p = p * f + np.float32(2.4015361e-1)
+        p = p * f + np.float32(6.9315308e-1)
+        fraction[j] = p * f + np.float32(9.9999994e-1)
+        exponent[j] = (np.int32(n) + 127) << 23
+    chunk_sum = np.float32(0.0)
+    for j in range(BLOCKS):
+        chunk_sum += fraction[j] * power[j]
+    return chunk_sum
+
+
+def first_best(block_max, block_arg, best, vocab):  # pragma: no cover - compiled by numba
+    """The first token with the highest logit (greedy)."""
+    first = vocab
+    for b in range(BLOCKS):
+        if block_max[b] == best:
+            first = min(first, block_arg[b])
+    return first
+
+
+def gather(raw, block_max, threshold, ids):  # pragma: no cover - compiled by numba
+    """Into ids[:n], ascending, the tokens whose raw logit reaches `threshold`; returns n, or
+    -1 when there are more than MAX_CANDIDATES."""
     count = 0
     for b in range(BLOCKS):
         if block_max[b] >= threshold:
-            for j in range(b, vocab, BLOCKS):
+            for j in range(b, raw.shape[0], BLOCKS):
                 if raw[j] >= threshold:
                     if count == MAX_CANDIDATES:
-                        return 0, NUMPY
+                        return -1
                     ids[count] = j
                     count += 1
-    # Those were found by their logits before the penalties: correct the penalised
-    # ones, and add those a negative penalty lifts over the threshold. (Candidates
-    # that fall below it stay: the cut takes the best k of them anyway.)
-    found = np.sort(ids[:count])
-    values = np.empty(count + pen_ids.size, dtype=np.float32)
-    for i in range(count):
-        values[i] = raw[found[i]]
-    ids[:count] = found
-    i = 0
+    ids[:count] = np.sort(ids[:count])
+    return count
+
+
+def penalise(raw, pen_ids, pen_values, threshold, ids, values, found):  # pragma: no cover - compiled by numba
+    """The `found` candidates were chosen by their logits before the penalties: sets their
+    `values` less the penalties, and appends those a negative penalty lifts over the
+    threshold (candidates that fall below it stay: the cut takes the best k of them
+    anyway). Returns how many there are now."""
+    for i in range(found):
+        values[i] = raw[ids[i]]
+    count, i = found, 0
     for q in range(pen_ids.size):
         token = pen_ids[q]
-        while i < count and found[i] < token:
+        while i < found and ids[i] < token:
             i += 1
-        if i < count and found[i] == token:
+        if i < found and ids[i] == token:
             values[i] = raw[token] - pen_values[q]
         elif raw[token] - pen_values[q] >= threshold:
             ids[count] = token
             values[count] = raw[token] - pen_values[q]
             count += 1
-    if count == 0:  # (a rounding apart from the first pass)
-        return 0, NUMPY
-    by_id = np.argsort(ids[:count], kind="mergesort")  # ascending ids, then a stable sort by logit
+    return count
+
+
+def cut_and_draw(ids, values, k, log_norm, top_p, temperature, uniform):  # pragma: no cover - compiled by numba
+    """Ai00's cut and draw over the candidates (`values` their logits, log_norm the log of
+    the row's softmax normaliser)."""
+    by_id = np.argsort(ids, kind="mergesort")  # ascending ids, then a stable sort by logit
     ids = ids[by_id]
     values = values[by_id]
     order = np.argsort(-values, kind="mergesort")
-    log_norm = top + math.log(total)
     best_logit = values[order[0]]
-    cumulative = np.empty(min(k, count), dtype=np.float64)
+    cumulative = np.empty(min(k, ids.size), dtype=np.float64)
     mass_before, kept = 0.0, 0
-    for i in range(min(k, count)):
+    for i in range(min(k, ids.size)):
         v = values[order[i]]
         p = math.exp(v - log_norm)
         if mass_before > top_p or p <= 0.0:
@@ -243,7 +285,7 @@ def sample_row(raw, pen_ids, pen_values, k, top_p, temperature, uniform):  # pra
     picked = 0
     while picked < kept - 1 and cumulative[picked] <= target:
         picked += 1
-    return ids[order[picked]], DONE
+    return ids[order[picked]]
 
 
 _tools = compiler()
@@ -251,6 +293,10 @@ if _tools is not None:
     from numba import get_num_threads, set_num_threads
 
     njit, prange = _tools
+    # Inlined into sample_row (numba's IR inlining), as the one function they were.
+    inline = njit(parallel=False, inline="always")
+    first_pass, chunk_max, exp_sum = inline(first_pass), inline(chunk_max), inline(exp_sum)
+    first_best, gather, penalise, cut_and_draw = inline(first_best), inline(gather), inline(penalise), inline(cut_and_draw)
     sample_row = njit(parallel=False)(sample_row)
     _compiled = njit(sample_rows), set_num_threads, get_num_threads
 else:

@@ -58,8 +58,8 @@ def test_one_row_steps_equal_the_layer_by_layer_ones(tmp_path, form):
 
 def test_packed_layers_are_fused_with_their_own_kernels(tmp_path):
     model = _model(tmp_path, "nf4 prefab of layers 0-1")
-    forms = [type(w[-1]).__name__ for w in model.fused.weights]  # the channel mix's value matrix
-    assert forms == ["tuple", "tuple", "ndarray"]
+    forms = [type(w.channel_mix.Wv).__name__ for w in model.fused.weights]  # the channel mix's value matrix
+    assert forms == ["PackedNF4", "PackedNF4", "ndarray"]
 
 
 def test_a_single_row_in_any_slot_leaves_the_other_slots_alone(tmp_path):

@@ -5,8 +5,8 @@ The direct kernels (int8.py, nf4.py) widen every weight again for each 8 rows of
 multiply it there. From a few rows on it is faster to widen 4 weight rows once into a
 scratch that stays in L1 (12 KiB at 768 inputs) and run skinny.py's 4 × 4 register block
 over it: one launch for the whole matrix, each task with its own scratch. On two Zen 4
-cores, 3,072 × 768 at 16 rows: Int8 836 µs direct → 439 µs; NF4 823 µs → see ops.py's
-PACKED_DIRECT_ROWS for where each form starts here.
+cores, 3,072 × 768 at 16 rows: Int8 836 µs direct → 439 µs; NF4 823 µs direct (each
+form's DIRECT_ROWS says where it starts here).
 
 The arithmetic is that of the dequantised matrix: each weight widened to the fp32 number
 quant.py's `dequantise` gives, then fp32 multiply-adds.
@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import int8, intrinsics, nf4
+from . import intrinsics
+from .forms import form_of_type
 from .jit import LAUNCH
 from .skinny import AHEAD_ROWS, block4, four_rows_times_row, four_rows_times_x, row_times_x
 
@@ -25,12 +26,12 @@ MAX_TASKS = 32  # a launch's share-outs of the blocks (each with its scratch)
 
 
 def widen_row(W, i, scratch, r):
-    """scratch[r] = row i of the packed matrix W (int8.py's or nf4.py's `form`), as float32."""
+    """scratch[r] = row i of the packed matrix W, as float32: its form's `widen_row`."""
     raise NotImplementedError("only callable from compiled code")
 
 
 def block_matmul(W, x, out):  # pragma: no cover - compiled by numba
-    N = W[0].shape[0]
+    N = W.q.shape[0]
     K = x.shape[1]
     blocks = (N + 3) // 4
     # A task and its scratch for every block or two cost 10% at 768 × 768 and 16 rows, 64
@@ -39,7 +40,7 @@ def block_matmul(W, x, out):  # pragma: no cover - compiled by numba
     tasks = min(blocks, MAX_TASKS)
     M = x.shape[0]
     groups = M // 4
-    span = max(64, 4 * W[0].shape[1] // max(1, groups))  # a group's share of a block's packed bytes
+    span = max(64, 4 * W.q.shape[1] // max(1, groups))  # a group's share of a block's packed bytes
     for task in prange(tasks):
         scratch = np.empty((4, K), dtype=np.float32)
         for block in range(task * blocks // tasks, (task + 1) * blocks // tasks):
@@ -53,33 +54,32 @@ def block_matmul(W, x, out):  # pragma: no cover - compiled by numba
             elif K % 16 == 0:  # skinny's vector block, asking for the packed rows ahead
                 ahead = min(n + AHEAD_ROWS, N - 4)
                 for g in range(groups):
-                    block4(scratch, 0, x, 4 * g, out, n, W[0], ahead, g * span, span)
+                    block4(scratch, 0, x, 4 * g, out, n, W.q, ahead, g * span, span)
                 for j in range(4 * groups, M):
                     four_rows_times_row(scratch, 0, x, j, out, n)
             else:
                 four_rows_times_x(scratch, 0, x, out, n)
 
 
-def batched_matmul(x: np.ndarray, w: int8.PackedInt8 | nf4.PackedNF4) -> np.ndarray:
-    """x [M, K] · Wᵀ → [M, N] for a decoding batch."""
+def batched_matmul(x: np.ndarray, w) -> np.ndarray:
+    """x [M, K] · Wᵀ → [M, N] for a decoding batch, W in a packed form."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
     with LAUNCH:
-        block_kernel(w.form, x, out)
+        block_kernel(w, x, out)
     return out
 
 
 _tools = intrinsics.build()
 if _tools is not None:
-    import numba
     from numba.extending import overload
 
     def _widen_row(W, i, scratch, r):  # pragma: no cover - compiled by numba
-        if isinstance(W, numba.types.BaseTuple) and len(W) == 2:
-            return lambda W, i, scratch, r: int8.widen_row(W[0], W[1], i, scratch, r)
-        if isinstance(W, numba.types.BaseTuple) and len(W) == 3:
-            return lambda W, i, scratch, r: nf4.widen_row(W[0], W[1], W[2], i, scratch, r)
-        return None
+        form = form_of_type(W)
+        if form is None or form.widen_row is None:
+            return None
+        row = form.widen_row
+        return lambda W, i, scratch, r: row(W, i, scratch, r)
 
     overload(widen_row)(_widen_row)
     prange = _tools.prange

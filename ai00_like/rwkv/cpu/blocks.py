@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..norms import group_norm, layer_norm
 from ..weights import LayerWeights, att_projections, ffn_projections, v7_loras
-from .ops import group_norm, kernel_form, layer_norm, linear, sigmoid, silu, token_shift
+from .ops import kernel_form, linear, sigmoid, silu, token_shift
 from .wkv import (
     run_segments,
     wkv4_sequence,

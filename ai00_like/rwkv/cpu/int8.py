@@ -14,13 +14,14 @@ has AVX2 or AVX-512, the bytes are widened and multiplied a vector at a time in 
 vector code (vector_dots.py), about 1.5 times the scalar loop's speed. A decoding batch of
 a few rows or more widens each 4 weight rows once instead (`widen_row`, batched.py).
 Prefill widens tiles of rows into fp32 for OpenBLAS (ops.linear), as for 16-bit weights.
+`INT8` is this form's entry in the table of weight forms (forms.py).
 
 Rows whose length is not a multiple of 128 (blocks would straddle rows) stay dequantised.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -28,14 +29,20 @@ from ..quant import BLOCK, QuantisedMatrix
 from . import intrinsics, vector_dots
 from .jit import LAUNCH, read_only
 from .skinny import ROW_X_BYTES
+from .weight_form import WeightForm
 
 INT8_BLOCK = BLOCK["int8"]
+# Below this many rows of x the direct kernel (each weight widened again for every 8 rows
+# of x), from it batched.py's (each 4 weight rows widened once into an L1 scratch). On two
+# Zen 4 cores, 3,072 × 768: at 4 rows direct 128 µs against 167, at 5 rows 233 against
+# 198, at 16 rows 789 against 451. Without the vector kernels the direct one is slower still.
+DIRECT_ROWS = 5
 
 
-@dataclass(frozen=True)
-class PackedInt8:
-    """An Int8 matrix as the kernels read it: q [N, K] bytes, and bounds [N, 2·K/128], each
-    block's (low, high) as fp16 bit patterns; both views of the QuantisedMatrix."""
+class PackedInt8(NamedTuple):
+    """An Int8 matrix as the kernels read it, and as compiled code takes it: q [N, K] bytes,
+    and bounds [N, 2·K/128], each block's (low, high) as fp16 bit patterns; both views of
+    the QuantisedMatrix."""
 
     q: np.ndarray
     bounds: np.ndarray
@@ -48,11 +55,6 @@ class PackedInt8:
     def nbytes(self) -> int:
         return self.q.nbytes + self.bounds.nbytes
 
-    @property
-    def form(self) -> tuple[np.ndarray, np.ndarray]:
-        """What compiled code takes for this matrix (fused7.py, batched.py)."""
-        return self.q, self.bounds
-
     @classmethod
     def of(cls, m: QuantisedMatrix) -> PackedInt8 | None:
         """The kernels' form of `m`, or None where they cannot read it (no numba, NF4, rows
@@ -62,6 +64,10 @@ class PackedInt8:
             return None
         bounds = m.scales.view(np.uint16)[: 2 * rows * cols // INT8_BLOCK].reshape(rows, -1)
         return cls(read_only(m.packed.view(np.uint8)[: rows * cols].reshape(rows, cols)), read_only(bounds))
+
+
+def pack(matrix) -> PackedInt8 | None:
+    return PackedInt8.of(matrix) if isinstance(matrix, QuantisedMatrix) else None
 
 
 # Module-level kernels, compiled below where numba is (skinny.py says why not nested).
@@ -164,6 +170,21 @@ def dequantise(Q, bounds, out):  # pragma: no cover - compiled by numba
         widen_row(Q, bounds, i, out, i)
 
 
+def direct_product(W, x, out):  # pragma: no cover - compiled by numba
+    """int8_matmul inside compiled code (fused7.py)."""
+    M, K = x.shape
+    xsum = np.zeros((M, K // INT8_BLOCK), dtype=np.float32)
+    for m in range(M):
+        for i in range(K):
+            xsum[m, i // INT8_BLOCK] += x[m, i]
+    int8_kernel(W.q, W.bounds, x, xsum, out)
+
+
+def packed_row(W, i, scratch, r):  # pragma: no cover - compiled by numba
+    """widen_row for batched.py's kernel, which takes the matrix whole."""
+    widen_row(W.q, W.bounds, i, scratch, r)
+
+
 def int8_matmul(x: np.ndarray, w: PackedInt8) -> np.ndarray:
     """x [M, K] · Wᵀ → [M, N] for a few rows of x, each weight read where it is stored."""
     x = np.ascontiguousarray(x, dtype=np.float32)
@@ -187,16 +208,20 @@ def int8_rows(w: PackedInt8, first: int, out: np.ndarray) -> np.ndarray:
 _tools = intrinsics.build()
 if _tools is not None:
     prange, widen = _tools.prange, _tools.widen
-    low_step = _tools.jit(parallel=False, inline="always")(low_step)
-    widen_row = _tools.jit(parallel=False, inline="always")(widen_row)
+    inlined = _tools.jit(parallel=False, inline="always")
+    low_step, widen_row, packed_row = inlined(low_step), inlined(widen_row), inlined(packed_row)
     int8_scalar_kernel = _tools.jit(scalar_matmul)
     dequantise = _tools.jit(dequantise)
     if (_vector := vector_dots.build()) is not None:
         dot8, dot4, dot3, dot2, dot1 = (_vector.int8(rows) for rows in (8, 4, 3, 2, 1))
         dot1x4, dot2x4, dot3x4, dot4x4 = (_vector.int8(rows, weight_rows=4) for rows in (1, 2, 3, 4))
-        weight_row_times_x = _tools.jit(parallel=False, inline="always")(weight_row_times_x)
+        weight_row_times_x = inlined(weight_row_times_x)
         int8_kernel = _tools.jit(vector_matmul)
     else:
         int8_kernel = int8_scalar_kernel
+    direct_product = inlined(direct_product)
 else:
     int8_matmul = int8_rows = int8_kernel = int8_scalar_kernel = None
+
+INT8 = WeightForm("int8", PackedInt8, pack, int8_matmul, DIRECT_ROWS, int8_rows, lambda w: w, direct_product,
+                  packed_row)

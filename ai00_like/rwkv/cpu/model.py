@@ -13,14 +13,15 @@ import numpy as np
 
 from ..batch import BatchPlan, StepInput, StepLayout
 from ..info import ModelInfo
+from ..norms import layer_norm
 from ..state import State, StatePool
 from ..weights import as_float32, embedding_rows, file_precision, stored
 from .arena import Arena
 from .blocks import Block, Context
 from .fused7 import DecodeLayers
 from .jit import in_passing_thread, release_compiler_pages
-from .ops import (SKINNY_ROWS, kernel_set, keeps_16bit, kernel_form, layer_norm, linear, pinned_blas_note,
-                  threads_for)
+from .ops import SKINNY_ROWS, kernel_set, keeps_16bit, kernel_form, linear, pinned_blas_note, threads_for
+from .setup import prepare
 from .skinny import skinny_matmul
 
 HEAD_BLOCK = 2048  # rows of the head per product when decoding a batch
@@ -38,6 +39,7 @@ class CpuModel:
         converted here, layer by layer), everything else as fp32; the products widen 16-bit
         weights as they read them (ops.linear). `progress(done, total)` is called as the
         layers are prepared."""
+        prepare()
         self.info = info
         self.precision = precision = kept_precision(tensors, precision)
         self.tensors = tensors  # as loaded (LoRAs merged), for saving; the layers below share them

@@ -22,14 +22,15 @@ CPU has AVX2 or AVX-512, the levels are looked up sixteen or eight at a time in 
 (vector_dots.py), 3 to 4 times faster than the scalar loop's table loads. A decoding
 batch of a few rows or more widens each 4 weight rows once instead (`widen_row`,
 batched.py), and prefill widens tiles of rows into fp32 for OpenBLAS (ops.linear), as for
-Int8 and 16-bit weights.
+Int8 and 16-bit weights. `NF4` is this form's entry in the table of weight forms
+(forms.py).
 
 Rows whose length is not a multiple of 64 (blocks would straddle rows) stay dequantised.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -37,6 +38,7 @@ from ..quant import BLOCK, NF4_LEVELS, QuantisedMatrix
 from . import intrinsics, vector_dots
 from .jit import LAUNCH, read_only
 from .skinny import ROW_X_BYTES
+from .weight_form import WeightForm
 
 NF4_BLOCK = BLOCK["nf4"]
 BLOCK_BYTES = NF4_BLOCK // 2
@@ -44,16 +46,21 @@ BLOCK_BYTES = NF4_BLOCK // 2
 # way), and the weights their codes cover.
 LANES = vector_dots.vector_width() or 16
 CHUNK = 8 * LANES
+# Below this many rows of x the direct kernel, from it batched.py's (int8.py's DIRECT_ROWS
+# says why; 3,072 × 768 on two Zen 4 cores: at 4 rows direct 121-166 µs against 165, at
+# 5 rows 192 against 195, at 16 rows 744 against 456).
+DIRECT_ROWS = 5
 
 
-@dataclass(frozen=True)
-class PackedNF4:
-    """An NF4 matrix as the kernels read it: q [N, K/2] bytes (two weights each), absmax
-    [N, K/64] as the fp16 bit patterns quant.py stored (widened as read: an fp32 copy would
-    add 12% to the model); both views of the QuantisedMatrix."""
+class PackedNF4(NamedTuple):
+    """An NF4 matrix as the kernels read it, and as compiled code takes it: q [N, K/2] bytes
+    (two weights each), absmax [N, K/64] as the fp16 bit patterns quant.py stored (widened
+    as read: an fp32 copy would add 12% to the model), both views of the QuantisedMatrix;
+    and the 16 levels."""
 
     q: np.ndarray
     absmax: np.ndarray
+    levels: np.ndarray = NF4_LEVELS
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -62,11 +69,6 @@ class PackedNF4:
     @property
     def nbytes(self) -> int:
         return self.q.nbytes + self.absmax.nbytes
-
-    @property
-    def form(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """What compiled code takes for this matrix (fused7.py, batched.py)."""
-        return self.q, self.absmax, NF4_LEVELS
 
     @classmethod
     def of(cls, m: QuantisedMatrix) -> PackedNF4 | None:
@@ -77,6 +79,10 @@ class PackedNF4:
             return None
         absmax = m.scales.view(np.uint16)[: rows * cols // NF4_BLOCK].reshape(rows, -1)
         return cls(read_only(m.packed.view(np.uint8)[: rows * cols // 2].reshape(rows, cols // 2)), read_only(absmax))
+
+
+def pack(matrix) -> PackedNF4 | None:
+    return PackedNF4.of(matrix) if isinstance(matrix, QuantisedMatrix) else None
 
 
 # Module-level kernels, compiled below where numba is (skinny.py says why not nested).
@@ -170,6 +176,16 @@ def dequantise(Q, absmax, levels, out):  # pragma: no cover - compiled by numba
         widen_row(Q, absmax, levels, i, out, i)
 
 
+def direct_product(W, x, out):  # pragma: no cover - compiled by numba
+    """nf4_matmul inside compiled code (fused7.py)."""
+    nf4_kernel(W.q, W.absmax, W.levels, x_by_code(x), out)
+
+
+def packed_row(W, i, scratch, r):  # pragma: no cover - compiled by numba
+    """widen_row for batched.py's kernel, which takes the matrix whole."""
+    widen_row(W.q, W.absmax, W.levels, i, scratch, r)
+
+
 def nf4_matmul(x: np.ndarray, w: PackedNF4) -> np.ndarray:
     """x [M, K] · Wᵀ → [M, N] for a few rows of x (a decoding batch)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
@@ -192,18 +208,22 @@ def nf4_rows(w: PackedNF4, first: int, out: np.ndarray) -> np.ndarray:
 _tools = intrinsics.build()
 if _tools is not None:
     prange, widen = _tools.prange, _tools.widen
-    code_position = _tools.jit(parallel=False, inline="always")(code_position)
+    inlined = _tools.jit(parallel=False, inline="always")
+    code_position = inlined(code_position)
     x_by_code = _tools.jit(parallel=False)(x_by_code)
     nf4_scalar_kernel = _tools.jit(scalar_matmul)
     if (_vector := vector_dots.build()) is not None:
         dot8, dot4, dot3, dot2, dot1 = (_vector.nf4(rows) for rows in (8, 4, 3, 2, 1))
         dot1x4, dot2x4, dot3x4, dot4x4 = (_vector.nf4(rows, weight_rows=4) for rows in (1, 2, 3, 4))
-        weight_row_times_x = _tools.jit(parallel=False, inline="always")(weight_row_times_x)
+        weight_row_times_x = inlined(weight_row_times_x)
         widen_row = _vector.nf4_row
         nf4_kernel = _tools.jit(vector_matmul)
     else:
-        widen_row = _tools.jit(parallel=False, inline="always")(scalar_widen_row)
+        widen_row = inlined(scalar_widen_row)
         nf4_kernel = nf4_scalar_kernel
     dequantise = _tools.jit(dequantise)
+    direct_product, packed_row = inlined(direct_product), inlined(packed_row)
 else:
     nf4_matmul = nf4_rows = nf4_kernel = nf4_scalar_kernel = x_by_code = None
+
+NF4 = WeightForm("nf4", PackedNF4, pack, nf4_matmul, DIRECT_ROWS, nf4_rows, lambda w: w, direct_product, packed_row)

@@ -1,4 +1,5 @@
-"""Small numpy building blocks shared by every RWKV version (rwkv-spec §2.1)."""
+"""Small numpy building blocks shared by every RWKV version (rwkv-spec §2.1), and `linear`,
+the product with a projection in whichever weight form (forms.py) it is kept."""
 
 from __future__ import annotations
 
@@ -10,31 +11,9 @@ import threading
 import numpy as np
 
 from ..formats import as_float
-from ..quant import QuantisedMatrix
 from .batched import batched_matmul
-from .int8 import PackedInt8, int8_matmul, int8_rows
-from .nf4 import PackedNF4, nf4_matmul, nf4_rows
-from .skinny import skinny_matmul, widen_rows
-
-LN_EPS = 1e-5
-GN_EPS = 64e-5  # GroupNorm(x/8, 1e-5) as trained == GroupNorm(x, 64e-5)
-
-
-def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float = LN_EPS) -> np.ndarray:
-    mean = x.mean(axis=-1, keepdims=True)
-    centred = x - mean
-    var = np.einsum("...i,...i->...", centred, centred)[..., None] / x.shape[-1]
-    return centred * (1.0 / np.sqrt(var + eps)) * weight + bias
-
-
-def group_norm(x: np.ndarray, n_head: int, weight: np.ndarray, bias: np.ndarray, eps: float = GN_EPS) -> np.ndarray:
-    """Normalise each head's slice of the last axis on its own, then one affine over all."""
-    shape = x.shape
-    grouped = x.reshape(*shape[:-1], n_head, shape[-1] // n_head)
-    mean = grouped.mean(axis=-1, keepdims=True)
-    centred = grouped - mean
-    var = (centred * centred).mean(axis=-1, keepdims=True)
-    return (centred / np.sqrt(var + eps)).reshape(shape) * weight + bias
+from .forms import DENSE, FORMS, form_of, kernel_form  # noqa: F401 - kernel_form: with linear, for the blocks
+from .skinny import SKINNY_ROWS, skinny_matmul
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -47,48 +26,34 @@ def silu(x: np.ndarray) -> np.ndarray:
     return x * sigmoid(x)
 
 
-SKINNY_ROWS = 64
-
-
-def kernel_form(weight):
-    """A projection in the form `linear` multiplies fastest: Int8 and NF4 blocks stay packed
-    where the kernels read them (int8.py, nf4.py), others are dequantised to fp32."""
-    if isinstance(weight, QuantisedMatrix):
-        return PackedInt8.of(weight) or PackedNF4.of(weight) or np.asarray(weight, dtype=np.float32)
-    return weight
-
-
-# The packed forms: their direct product, and their rows widened to fp32 for a tile.
-_PACKED = {PackedInt8: (int8_matmul, int8_rows), PackedNF4: (nf4_matmul, nf4_rows)}
-
-
-def linear(x: np.ndarray, weight: np.ndarray | PackedInt8 | PackedNF4) -> np.ndarray:
+def linear(x: np.ndarray, weight) -> np.ndarray:
     """x · Wᵀ for W stored [out, in] as in the checkpoints (no transposed copy is made).
 
-    W is fp32, or fp16/bf16 kept at 16 bits (`keeps_16bit`), or packed Int8/NF4. A decoding
-    step's rows (1 to SKINNY_ROWS) go through the unpacked kernel of skinny.py, which widens
-    16-bit weights as it reads them; packed blocks through int8.py's and nf4.py's below
-    PACKED_DIRECT_ROWS rows, batched.py's from there. Without numba, one fp32 row goes through BLAS's
-    matrix–vector product, and a few rows through W · xᵀ, the weights as the left operand,
-    which OpenBLAS runs about twice as fast as x · Wᵀ. A prefill chunk's many rows go
-    through x · Wᵀ, which is faster there once the transposed copies are counted; 16-bit and packed W are widened a tile of rows at a time
-    into a reused buffer for it (`_tiled_linear`).
+    W is in one of the weight forms of forms.py: fp32, or fp16/bf16 kept at 16 bits
+    (`keeps_16bit`), or packed Int8/NF4. A decoding step's rows (1 to SKINNY_ROWS) go
+    through the form's direct kernel below its `direct_rows`, batched.py's from there
+    (16-bit weights: skinny.py's, which widens them as it reads them). Without numba, one
+    fp32 row goes through BLAS's matrix–vector product, and a few rows through W · xᵀ, the
+    weights as the left operand, which OpenBLAS runs about twice as fast as x · Wᵀ. A
+    prefill chunk's many rows go through x · Wᵀ, which is faster there once the transposed
+    copies are counted; 16-bit and packed W are widened a tile of rows at a time into a
+    reused buffer for it (`_tiled_linear`).
     """
-    rows = x.shape[0]
-    if type(weight) in _PACKED:
-        matmul, widen = _PACKED[type(weight)]
-        if rows < PACKED_DIRECT_ROWS[type(weight)]:
-            return matmul(x, weight)
-        if rows <= SKINNY_ROWS:
-            return batched_matmul(x, weight)
-        return _tiled_linear(x, weight.shape, lambda first, out: widen(weight, first, out), TILE_ROWS, _blas_product)
-    if weight.dtype != np.float32 and not keeps_16bit():
+    form = form_of(weight)
+    if form is DENSE and weight.dtype != np.float32 and not keeps_16bit():
         weight = np.asarray(as_float(weight), dtype=np.float32)  # the model widens at load instead
-    if weight.dtype != np.float32:
-        if rows <= SKINNY_ROWS:
-            return skinny_matmul(x, weight)
-        return _tiled_linear(x, weight.shape, lambda first, out: widen_rows(weight[first : first + len(out)], out),
-                             TILE_ROWS, _blas_product)
+    if form is DENSE and weight.dtype == np.float32:
+        return _fp32_linear(x, weight)
+    rows = x.shape[0]
+    if rows > SKINNY_ROWS:
+        return _tiled_linear(x, weight.shape, functools.partial(form.widen, weight), TILE_ROWS, _blas_product)
+    if rows < form.direct_rows:
+        return form.direct(x, weight)
+    return batched_matmul(x, weight)
+
+
+def _fp32_linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    rows = x.shape[0]
     if rows == 1 and not getattr(_cores, "numba", False):
         return (weight @ x[0])[None, :]
     if rows <= SKINNY_ROWS:
@@ -104,6 +69,10 @@ def kernel_set(rows: int) -> tuple[bool, ...]:
     return tuple(rows >= threshold for threshold in (2, *PACKED_DIRECT_ROWS.values(), SKINNY_ROWS + 1))
 
 
+# Where each packed form's decoding products go from its direct kernel to batched.py's.
+PACKED_DIRECT_ROWS = {form.kind: form.direct_rows for form in FORMS if form.direct_rows <= SKINNY_ROWS}
+
+
 def keeps_16bit() -> bool:
     """Whether fp16/bf16 weights can stay 16-bit: the kernels that read them need numba."""
     return skinny_matmul is not None
@@ -113,13 +82,6 @@ def keeps_16bit() -> bool:
 # x · tileᵀ product written straight into its columns of the result; smaller tiles cost
 # more products (x is packed again for each), larger ones a larger buffer (768 inputs: 3 MB).
 TILE_ROWS = 1024
-# Below this many rows of x, packed weights are multiplied where they are stored (int8.py's
-# and nf4.py's direct kernels, which widen each weight again for every 8 rows of x); from
-# it, by batched.py's kernel, which widens each 4 weight rows once into an L1 scratch. On
-# two Zen 4 cores, 3,072 × 768: at 4 rows direct 128 / 121-166 µs (Int8 / NF4) against
-# 167 / 165, at 5 rows 233 / 192 against 198 / 195, at 16 rows 789 / 744 against 451 / 456.
-# Without the vector kernels (no AVX2) the direct ones are slower still.
-PACKED_DIRECT_ROWS = {PackedInt8: 5, PackedNF4: 5}
 _tiles = threading.local()
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cpu.ops import GN_EPS
+from ..norms import GN_EPS
 from ..quant import QuantisedMatrix
 from ..weights import LayerWeights, att_projections, ffn_projections, v7_loras
 from .buffers import Matrix, Uploader

@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from ..batch import StepInput, StepLayout
-from ..cpu.ops import layer_norm
 from ..info import ModelInfo
+from ..norms import layer_norm
 from ..quant import QuantisedMatrix, quant_options, quantise_tensors
 from ..state import State
 from ..weights import LayerWeights, as_float32, embedding_rows, file_precision

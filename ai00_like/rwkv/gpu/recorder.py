@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..batch import StepLayout
-from ..cpu.ops import LN_EPS
+from ..norms import LN_EPS
 from .buffers import Matrix, Uploader
 from .device import Device
 from .kernels import Kernels
