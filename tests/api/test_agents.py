@@ -6,7 +6,6 @@ with a forced tool."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
@@ -24,9 +23,8 @@ from openai import AsyncOpenAI  # noqa: E402
 
 from ai00_like.response_store import Caller  # noqa: E402
 from ai00_like.rwkv.state import State  # noqa: E402
-from api_helpers import InterceptedGenerates, ServerThread, config_for  # noqa: E402
+from api_helpers import InterceptedGenerates  # noqa: E402
 
-MODELS = Path(__file__).resolve().parents[2] / "assets" / "models"
 CALLS: list[dict] = []
 
 
@@ -37,31 +35,24 @@ def find_verse(book: str, chapter: int, verse: int) -> str:
     return "Whither thou goest, I will go."
 
 
-@pytest.fixture(scope="module")
-def server():
-    tokenizer = f'[tokenizer]\npath = "{MODELS / "demo_vocab.txt"}"'
-    with ServerThread(config_for(MODELS, tokenizer, model="demo.st", max_batch=2)) as s:
-        yield s
-
-
-def agent(server, model_class) -> Agent:
+def agent(demo_server, model_class) -> Agent:
     set_tracing_disabled(True)
-    client = AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+    client = AsyncOpenAI(base_url=demo_server.base_url, api_key="unused", max_retries=0)
     return Agent(name="Scribe", instructions="Answer from the verses you find.", tools=[find_verse],
                  model=model_class(model="demo", openai_client=client),
                  model_settings=ModelSettings(tool_choice="required", temperature=0, max_tokens=64))
 
 
 @pytest.mark.parametrize("model_class", [OpenAIResponsesModel, OpenAIChatCompletionsModel])
-def test_an_agent_calls_its_tool_and_answers(server, model_class):
+def test_an_agent_calls_its_tool_and_answers(demo_server, model_class):
     CALLS.clear()
-    result = asyncio.run(Runner.run(agent(server, model_class), "What does Ruth 1:16 say?", max_turns=4))
+    result = asyncio.run(Runner.run(agent(demo_server, model_class), "What does Ruth 1:16 say?", max_turns=4))
     assert len(CALLS) == 1 and set(CALLS[0]) == {"book", "chapter", "verse"}  # one call, arguments as declared
     assert isinstance(result.final_output, str) and result.final_output.strip()
 
 
-def test_a_conversation_continues_through_previous_response_id(server):
-    scribe = agent(server, OpenAIResponsesModel)
+def test_a_conversation_continues_through_previous_response_id(demo_server):
+    scribe = agent(demo_server, OpenAIResponsesModel)
 
     async def two_turns():  # one event loop: the SDK's client belongs to the loop it was used in
         first = await Runner.run(scribe, "What does Ruth 1:16 say?", max_turns=4)
@@ -69,10 +60,10 @@ def test_a_conversation_continues_through_previous_response_id(server):
                                   previous_response_id=first.last_response_id)
         return first, second
 
-    with InterceptedGenerates(server.serving) as spy:
+    with InterceptedGenerates(demo_server.serving) as spy:
         first, second = asyncio.run(two_turns())
     assert first.last_response_id and first.last_response_id.startswith("resp_")
-    stored = server.serving.responses.get(first.last_response_id, Caller())
+    stored = demo_server.serving.responses.get(first.last_response_id, Caller())
     assert stored is not None and stored.has_state
     assert second.final_output.strip()
     # The second turn's first request read only its own input, from the stored state.
@@ -80,7 +71,7 @@ def test_a_conversation_continues_through_previous_response_id(server):
     assert continued and "Ruth 1:16" not in continued[0].prompt and "And the next verse?" in continued[0].prompt
 
 
-def test_langchain_bind_tools_with_a_forced_tool_round_trip(server):
+def test_langchain_bind_tools_with_a_forced_tool_round_trip(demo_server):
     """LangChain's `bind_tools(..., tool_choice=…)`: the forced call, its result as a
     ToolMessage, then the model's answer."""
     from langchain_core.messages import HumanMessage, ToolMessage
@@ -92,7 +83,7 @@ def test_langchain_bind_tools_with_a_forced_tool_round_trip(server):
         """How many times a word occurs in the King James Bible."""
         return 42
 
-    llm = ChatOpenAI(model="demo", base_url=server.base_url, api_key="unused", temperature=0, max_tokens=64,
+    llm = ChatOpenAI(model="demo", base_url=demo_server.base_url, api_key="unused", temperature=0, max_tokens=64,
                      max_retries=0)
     question = HumanMessage("How often does the word light occur?")
     called = llm.bind_tools([count_word], tool_choice="count_word").invoke([question])

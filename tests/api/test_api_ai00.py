@@ -16,9 +16,9 @@ HI = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("ai00")
-    write_model(d / "tiny.st")
+def model_dir(model_dir):
+    """The tier's folder with tiny.st (conftest.py), plus a v6, a state and files that are no models."""
+    d = model_dir
     write_model(d / "other.st", version="6", seed=4)
     write_state(d / "tuned.state")
     (d / "notes.txt").write_text("not a model")

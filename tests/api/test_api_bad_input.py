@@ -8,16 +8,14 @@ import json
 import openai
 import pytest
 
-from api_helpers import SCHEMAS, ServerThread, config_for, write_model
+from api_helpers import SCHEMAS, ServerThread, config_for
 
 HI = [{"role": "user", "content": "Hi"}]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    d = tmp_path_factory.mktemp("bad")
-    write_model(d / "tiny.st")
-    with ServerThread(config_for(d, max_body_bytes=1 << 20)) as s:
+def server(model_dir):
+    with ServerThread(config_for(model_dir, max_body_bytes=1 << 20)) as s:
         yield s
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tomllib
@@ -18,6 +17,7 @@ import pytest
 from ai00_like.cli import main
 from ai00_like.config import Config, ConfigError, load_config, parse_config
 from api_helpers import SCHEMAS, ServerThread, config_for, write_model
+from process_helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "config.toml"
@@ -229,15 +229,9 @@ def test_the_pages_modules_are_all_served_as_javascript(tmp_path):
 # ------------------------------------------------------------------------------ the command
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_ai00_like_without_a_command_serves(tmp_path):
     (tmp_path / "config.toml").write_text('[model]\npath = "models"\nname = "absent.st"\n')
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "ai00_like", "--port", str(port)], cwd=tmp_path,
                             stderr=subprocess.PIPE, text=True, env=env)

@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from ai00_like.rwkv.tokenizer import default_tokenizer_path, load_tokenizer
-from api_helpers import SCHEMAS, InterceptedGenerates, ServerThread, config_for, payloads, write_model, write_state
+from api_helpers import SCHEMAS, InterceptedGenerates, ServerThread, config_for, payloads, write_state
 
 GREEDY = {"temperature": 0}
 HI = [{"role": "user", "content": "Hi! Who are you?"}]
@@ -25,23 +25,16 @@ STATE_ID = "3f1c4a50-1111-4222-8333-944455556666"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    d = tmp_path_factory.mktemp("api")
-    write_model(d / "tiny.st")
-    write_state(d / "tuned.state")
+def server(model_dir):
+    write_state(model_dir / "tuned.state")
     extra = f"""aliases = ["gpt-3.5-turbo"]
 [[state]]
 path = "tuned.state"
 name = "tuned"
 id = "{STATE_ID}"
 """
-    with ServerThread(config_for(d, extra)) as s:
+    with ServerThread(config_for(model_dir, extra)) as s:
         yield s
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
 
 
 @pytest.fixture(scope="module")

@@ -15,18 +15,11 @@ import time
 import msgspec
 import openai
 import pytest
-from api_helpers import SCHEMAS, TIMEOUT, ServerThread, config_for, write_model
+from api_helpers import SCHEMAS, TIMEOUT, ServerThread, config_for
 
 from ai00_like import middleware
 from ai00_like.api import channel
 from ai00_like.loaded import AUTO_PROMPT_CEILING, AUTO_PROMPT_FLOOR, auto_prompt_limit
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("defects")
-    write_model(d / "tiny.st")
-    return d
 
 
 @pytest.fixture(scope="module")

@@ -11,26 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from api_helpers import ServerThread, config_for
-
 ROOT = Path(__file__).resolve().parents[2]
-MODELS = ROOT / "assets" / "models"
 PYTHON = ROOT / ".venv-instructor" / "bin" / "python"
 CLIENT = Path(__file__).resolve().parents[1] / "clients" / "instructor_client.py"
 
 pytestmark = pytest.mark.skipif(not PYTHON.exists(), reason="no .venv-instructor (scripts/test.sh makes it)")
 
 
-@pytest.fixture(scope="module")
-def server():
-    tokenizer = f'[tokenizer]\npath = "{MODELS / "demo_vocab.txt"}"'
-    with ServerThread(config_for(MODELS, tokenizer, model="demo.st", max_batch=2)) as s:
-        yield s
-
-
 @pytest.mark.parametrize("mode", ["TOOLS", "JSON_SCHEMA"])
-def test_instructor_gets_its_object(server, mode):
-    out = subprocess.run([str(PYTHON), str(CLIENT), server.base_url, mode], capture_output=True, text=True,
+def test_instructor_gets_its_object(demo_server, mode):
+    out = subprocess.run([str(PYTHON), str(CLIENT), demo_server.base_url, mode], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     reply = json.loads(out.stdout.strip().splitlines()[-1])

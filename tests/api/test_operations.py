@@ -27,13 +27,6 @@ CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Hello there"}
         "temperature": 0}
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("ops")
-    write_model(d / "tiny.st")
-    return d
-
-
 def metrics(server, headers=None) -> dict[str, float]:
     r = server.get("/metrics", headers=headers)
     assert r.status == 200, r

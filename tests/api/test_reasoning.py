@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import random
 
-import openai
 import pytest
 
 from ai00_like.api.oai.prompt import render_chat
 from ai00_like.api.oai.reasoning import NO_THINK, THINK, ThinkPlan, ThinkReader, think_plan
 from ai00_like.api.oai.types import ChatMessage
-from api_helpers import SCHEMAS, InterceptedGenerates, ServerThread, config_for, write_model
+from api_helpers import SCHEMAS, InterceptedGenerates, ServerThread, config_for
 
 HI = [{"role": "user", "content": "Who made the light?"}]
 
@@ -81,16 +80,9 @@ def test_prompt_formats():
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    d = tmp_path_factory.mktemp("reasoning")
-    write_model(d / "tiny.st")
-    with ServerThread(config_for(d, 'thinking = "effort"\nreasoning_effort = "low"')) as s:
+def server(model_dir):
+    with ServerThread(config_for(model_dir, 'thinking = "effort"\nreasoning_effort = "low"')) as s:
         yield s
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
 
 
 def prompt_of(server, client, **body) -> str:

@@ -38,10 +38,8 @@ def store_section(folder: Path, extra: str = "") -> str:
 
 
 @pytest.fixture(scope="module")
-def keyed(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("keyed")
-    write_model(folder / "tiny.st")
-    with ServerThread(config_for(folder, listen_extra=KEYS)) as server:
+def keyed(model_dir):
+    with ServerThread(config_for(model_dir, listen_extra=KEYS)) as server:
         yield server
 
 

@@ -57,11 +57,6 @@ def server(folder):
         yield s
 
 
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
-
-
 def checked(response) -> dict:
     body = response.model_dump(exclude_unset=True, by_alias=True) if not isinstance(response, dict) else response
     SCHEMAS.check("Response", body)

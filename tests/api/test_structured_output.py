@@ -22,9 +22,8 @@ from typing import Annotated
 import jsonschema
 import llguidance
 import msgspec
-import openai
 import pytest
-from api_helpers import SCHEMAS, InterceptedGenerates, ServerThread, config_for, payloads, write_model
+from api_helpers import SCHEMAS, InterceptedGenerates, ServerThread, config_for, payloads
 from openai.types.chat import (
     ChatCompletionMessage,
     ChatCompletionMessageFunctionToolCall,
@@ -81,21 +80,14 @@ class Person(BaseModel):
 
 
 @pytest.fixture(scope="module", params=["synthetic", "demo"])
-def server(request, tmp_path_factory):
+def server(request):
     if request.param == "synthetic":
-        d = tmp_path_factory.mktemp("structured")
-        write_model(d / "tiny.st")
-        config = config_for(d)
+        config = config_for(request.getfixturevalue("model_dir"))
     else:
         config = config_for(DEMO, f'[tokenizer]\npath = "{DEMO / "demo_vocab.txt"}"\n', model="demo.st")
     with ServerThread(config) as s:
         assert s.serving.model is not None
         yield s
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
 
 
 @pytest.fixture(scope="module")

@@ -2,34 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
-
 from ai00_like.messages import Cancel, Failed, GetInfo, Loaded, ModelInfoEvent, ModelSpec, TextPiece
-from ai00_like.middleware import Middleware
 from ai00_like.rwkv.formats.safetensors import write_safetensors
 from ai00_like.rwkv.synthetic import make_checkpoint
+from api_helpers import write_model
 from serving_helpers import Reply, generate, load
 
 PROMPTS = [f"User: question number {i} about {'cats' if i % 2 else 'dogs'}?\n\nAssistant:" for i in range(16)]
-
-
-def write_model(path, version="7", seed=3):
-    # World vocabulary size so prompts from the shipped tokenizer fit; narrow and shallow.
-    write_safetensors(make_checkpoint(version, n_layer=2, n_embd=64, head_size=32, vocab=65536, seed=seed), path)
-    return str(path)
-
-
-@pytest.fixture(scope="module")
-def model_files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("models")
-    return write_model(d / "a.st", seed=3), write_model(d / "b.st", version="6", seed=4)
-
-
-@pytest.fixture
-def middleware():
-    mw = Middleware()
-    yield mw
-    mw.close()
 
 
 def spec(path, **kwargs):
@@ -234,7 +213,7 @@ def test_initial_state_from_a_file_in_the_models_folder_or_inline(middleware, tm
 
     models = tmp_path / "models"
     models.mkdir()
-    path = write_model(models / "m.st", seed=8)
+    path = str(write_model(models / "m.st", seed=8))
     write_safetensors(make_state(2, 64, 32, seed=9), models / "tuned.state", layout="web-rwkv")
     (tmp_path / "outside.state").write_bytes((models / "tuned.state").read_bytes())
     load(middleware, spec(path))

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import socket
 import subprocess
 import sys
 import threading
 
 from aiohttp import web
+from process_helpers import free_port
 
 
 class StandInHub:
@@ -84,12 +84,6 @@ class StandInHub:
             if self.slow:
                 await asyncio.sleep(0.1)
         return response
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_pull(endpoint: str, name: str, folder, home, **env: str) -> subprocess.CompletedProcess:

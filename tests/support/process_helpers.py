@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -127,6 +128,13 @@ shutdown_grace = {grace}
 drain_delay = {drain_delay}
 replica = "{replica}"
 """
+
+
+def free_port() -> int:
+    """A loopback port free right now (for a process that must be told its port)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def http_get(port: int, path: str, headers: dict | None = None) -> tuple[int, bytes]:

@@ -10,6 +10,7 @@ from ai00_like.sampler import Nucleus, SamplingOptions
 
 GREEDY = SamplingOptions(sampler=Nucleus(temperature=0, presence_penalty=0, frequency_penalty=0))
 TIMEOUT = 60
+LOAD_TIMEOUT = 300  # s: a load that compiles the kernels (numba's cache cold) on a busy machine
 
 
 class Reply:
@@ -79,5 +80,5 @@ def load(middleware, spec):
         done.set()
 
     middleware.send(Load(spec, reply))
-    assert done.wait(TIMEOUT), "load timed out"
+    assert done.wait(LOAD_TIMEOUT), "load timed out"
     return box[0]

@@ -13,16 +13,16 @@ import json
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from contextlib import ExitStack
+from types import SimpleNamespace
 
 import httpx
 import pytest
-from process_helpers import ServerProcess, process_config
+from process_helpers import ServerProcess, free_port, process_config
 
 from api_helpers import write_model
 
@@ -46,12 +46,6 @@ CACHE_BYTES = 128 << 20
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
 KEYS = [f"key-{n:02d}" for n in range(60)]
 GREEDY = {"model": "tiny", "temperature": 0}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Lines:
@@ -293,10 +287,15 @@ def test_a_stream_passes_haproxy_without_delay(cluster):
     assert ttft["haproxy"] < ttft["direct"] + 0.1
 
 
-def test_a_killed_replica_costs_only_its_running_requests_and_no_stored_response(cluster):
+@pytest.fixture(scope="module")
+def killed(cluster) -> SimpleNamespace:
+    """replica2 killed (SIGKILL) while six users stream conversations through HAProxy, three of
+    them its own; before that, stored conversations on every replica, with the reply each
+    one's next turn gets while all three are up. What the users saw, when the kill was and
+    when HAProxy took the replica out, and the key map without it (cluster.maps["during"]).
+    Once per module, for whichever test asks first: the tests after it find the replica dead."""
     client, before = cluster.balancer.client, cluster.maps["before"]
     victim = "replica2"
-    survivors = set(NAMES) - {victim}
     # Stored conversations on every replica, the victim's among them, and the reply each
     # one's next turn gets while all are up: the greedy reply it must still get.
     stored = []
@@ -306,7 +305,6 @@ def test_a_killed_replica_costs_only_its_running_requests_and_no_stored_response
             assert served == name
             expected, _ = respond(client, key, "And then?", first["id"])
             stored.append((key, first, text_of(expected)))
-    assert [s for s in stored if before[s[0]] == victim]
 
     # Six users stream conversations through the balancer, the victim's keys among them.
     results, stop, started = [], threading.Event(), threading.Event()
@@ -333,10 +331,24 @@ def test_a_killed_replica_costs_only_its_running_requests_and_no_stored_response
     down_at = cluster.balancer.log.wait_for(rf"{victim} is DOWN", killed_at, DOWN_WITHIN + 5)
     time.sleep(2.0)
     stop.set()
+    hung = []
     for key, t in zip(users_keys, users):
         t.join(60)
-        assert not t.is_alive(), (f"a client hung: {key} (of {before[key]}) since "
-                                  f"{running[key] - killed_at:.1f} s after the kill")
+        if t.is_alive():
+            hung.append(f"a client hung: {key} (of {before[key]}) since "
+                        f"{running[key] - killed_at:.1f} s after the kill")
+    cluster.maps["during"] = key_map(client)
+    return SimpleNamespace(victim=victim, stored=stored, results=results, hung=hung, killed_at=killed_at,
+                           down_at=down_at)
+
+
+def test_a_killed_replica_costs_only_its_running_requests_and_no_stored_response(cluster, killed):
+    client, before = cluster.balancer.client, cluster.maps["before"]
+    victim, stored, results = killed.victim, killed.stored, killed.results
+    killed_at, down_at = killed.killed_at, killed.down_at
+    survivors = set(NAMES) - {victim}
+    assert [s for s in stored if before[s[0]] == victim]
+    assert not killed.hung, killed.hung
     print(f"\nHAProxy took {victim} out {down_at - killed_at:.2f} s after SIGKILL; {len(results)} streams")
     assert down_at - killed_at <= DOWN_WITHIN
 
@@ -361,15 +373,13 @@ def test_a_killed_replica_costs_only_its_running_requests_and_no_stored_response
         assert served in survivors
         assert text_of(again) == expected, (key, before[key])
 
-    cluster.maps["during"] = during = key_map(client)
+    during = cluster.maps["during"]
     for key, name in before.items():
         assert during[key] == name if name != victim else during[key] in survivors, key
 
 
-def test_a_replica_brought_back_takes_back_only_its_own_keys(cluster):
-    victim = cluster.killed
-    if victim is None or "during" not in cluster.maps:
-        pytest.skip("needs the replica the previous test killed")
+def test_a_replica_brought_back_takes_back_only_its_own_keys(cluster, killed):
+    victim = killed.victim
     client, before = cluster.balancer.client, cluster.maps["before"]
     since = time.monotonic()
     cluster.start_replicas([victim], port=cluster.replicas[victim].port)  # where HAProxy looks for it

@@ -13,17 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
-from api_helpers import ServerThread, config_for, write_model
+from api_helpers import ServerThread, config_for
 from process_helpers import TIMEOUT, ServerProcess, metrics_of, process_config, stream_chat
 
 DISCONNECTS = 100
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("faults")
-    write_model(d / "tiny.st")
-    return d
 
 
 def raw_stream_request(port: int, body: dict) -> socket.socket:

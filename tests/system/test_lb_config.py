@@ -6,26 +6,19 @@ the conversations spread over both."""
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import sys
 import time
 
 import httpx
 import pytest
-from process_helpers import ServerProcess, process_config
+from process_helpers import ServerProcess, free_port, process_config
 
 from api_helpers import write_model
 from ai00_like.lb_config import haproxy_config
 
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 pytestmark = pytest.mark.skipif(not shutil.which(HAPROXY), reason="HAProxy is not installed (apt-get install haproxy)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

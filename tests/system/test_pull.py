@@ -12,7 +12,8 @@ import sys
 import time
 
 import pytest
-from hub_helpers import StandInHub, free_port, run_pull
+from hub_helpers import StandInHub, run_pull
+from process_helpers import free_port
 
 from ai00_like.hub.catalogue import load_catalogue, resolve
 

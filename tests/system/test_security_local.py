@@ -15,11 +15,9 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
-from api_helpers import TIMEOUT, RawResponse, ServerThread, config_for, write_model
-from browser_helpers import CHROMIUM, launch
+from api_helpers import TIMEOUT, RawResponse, ServerThread, config_for
 from hub_helpers import StandInHub
 
 from ai00_like.config import ConfigError, parse_config
@@ -27,13 +25,6 @@ from ai00_like.config import ConfigError, parse_config
 EVIL = "https://evil.example"
 CATALOGUE_REPO, CATALOGUE_FILE = "BlinkDL/rwkv7-g1", "rwkv7-g1d-0.1b-20260129-ctx8192.pth"  # rwkv7-g1-0.1b
 CONFIG_TEXT = "# written by another site's page\n"
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("security")
-    write_model(d / "tiny.st")
-    return d
 
 
 @pytest.fixture(scope="module")
@@ -314,17 +305,6 @@ class OtherSite:
         self.httpd.server_close()
 
 
-@pytest.fixture
-def chromium():
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"browser tests need Debian's Chromium at {CHROMIUM} (apt-get install chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need Playwright")
-    with sync_api.sync_playwright() as p:
-        browser = launch(p)
-        yield browser
-        browser.close()
-
-
 def run_in_page(browser, url: str, script: str, arg):
     context = browser.new_context()
     try:
@@ -336,7 +316,7 @@ def run_in_page(browser, url: str, script: str, arg):
         context.close()
 
 
-def test_a_page_from_another_origin_cannot_drive_the_server(chromium, model_dir, caplog):
+def test_a_page_from_another_origin_cannot_drive_the_server(browser, model_dir, caplog):
     www = model_dir / "www"
     www.mkdir(exist_ok=True)
     (www / "index.html").write_text("<!doctype html><title>the server's page</title>")
@@ -345,7 +325,7 @@ def test_a_page_from_another_origin_cannot_drive_the_server(chromium, model_dir,
         with ServerThread(config_for(model_dir, f'[web]\npath = "{www}"\n')) as server, \
                 caplog.at_level(logging.INFO, logger="ai00_like.access"):
             base = f"http://127.0.0.1:{server.port}"
-            out = run_in_page(chromium, site.url, ATTACK, base)
+            out = run_in_page(browser, site.url, ATTACK, base)
             assert out == {"chat": "blocked", "models": "blocked", "save": "sent", "unload": "sent"}, out
             assert not (model_dir / "browser.toml").exists()
             assert server.serving.model is not None, "another site's page unloaded the model"
@@ -355,7 +335,7 @@ def test_a_page_from_another_origin_cannot_drive_the_server(chromium, model_dir,
             assert {("POST", "/admin/files/config/save"), ("GET", "/admin/models/unload"),
                     ("OPTIONS", "/v1/chat/completions")} <= refused, logged
             # The same calls from the server's own page: the chat and the models are read.
-            own = run_in_page(chromium, base + "/", ATTACK, base)
+            own = run_in_page(browser, base + "/", ATTACK, base)
             assert own["chat"] == "read 200" and json.loads(own["models"].removeprefix("read "))["data"], own
     finally:
         site.close()

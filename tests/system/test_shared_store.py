@@ -9,7 +9,6 @@ and the model identity, as units."""
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from contextlib import ExitStack
@@ -20,7 +19,7 @@ import numpy as np
 import openai
 import pytest
 import redis
-from process_helpers import ServerProcess, process_config
+from process_helpers import ServerProcess, free_port, process_config
 
 from ai00_like.config import ConfigError, parse_config
 from ai00_like.identity import file_identity
@@ -33,12 +32,6 @@ REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
 PREFIX = "test-ai00:"
 TTL = 3600
 GREEDY = {"model": "tiny", "temperature": 0, "max_output_tokens": 8}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class RedisProcess:

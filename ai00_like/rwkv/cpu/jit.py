@@ -64,7 +64,7 @@ def _cache_by_source() -> None:
 
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    for path in sorted([*here.glob("*.py"), *here.parents[1].glob("sampler/fused.py")]):
+    for path in sorted([*here.glob("*.py"), here.parent / "norms.py", here.parents[1] / "sampler" / "fused.py"]):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     base = Path(config.CACHE_DIR) if config.CACHE_DIR else here / "__pycache__" / "kernels"
     config.CACHE_DIR = str(base / digest.hexdigest()[:16])
