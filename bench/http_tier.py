@@ -3,7 +3,7 @@
 * streamed tokens/s seen by 1, 4 and 16 concurrent HTTP clients (SSE from
   /v1/completions, read by bare asyncio protocols that cost as little CPU as a client
   can), against the serving core's own rate for the same load, driven
-  through the Middleware directly as tests/serving_helpers.py does (target ≥ 90% at 16);
+  through the Middleware directly as tests/support/serving_helpers.py does (target ≥ 90% at 16);
 * the latency the HTTP tier adds to a 1-token request (median over repeats).
 
 The server runs as `ai00-like` in a subprocess (as users run it); the clients and the

@@ -3,7 +3,7 @@
     .venv/bin/pip install torch==2.13.0 rwkv==0.8.32
     nice -n 19 .venv/bin/python tools/demo_golden.py
 
-Run it after every retraining (tests/test_demo_model.py checks that the golden file belongs
+Run it after every retraining (tests/engine/test_demo_model.py checks that the golden file belongs
 to the shipped demo.st). The reference reads the fp16 file's weights widened to fp32, the
 same numbers our engine computes with.
 """

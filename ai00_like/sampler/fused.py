@@ -25,8 +25,7 @@ import math
 
 import numpy as np
 
-from ..rwkv.cpu.jit import LAUNCH, compiler, in_passing_thread, release_compiler_pages
-from ..rwkv.cpu.skinny import SKINNY_ROWS  # from where it is defined: ops.py would pull in every weight form
+from ..rwkv.cpu.jit import LAUNCH, SKINNY_ROWS, compiler, in_passing_thread, release_compiler_pages
 
 MAX_TOP_K = 512
 BLOCKS = 1024  # the interleaved blocks of topk.py's threshold; also the chunk length

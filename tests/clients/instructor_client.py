@@ -1,4 +1,4 @@
-"""Run by tests/test_instructor.py in its own virtualenv (instructor pins an older `jiter`
+"""Run by tests/api/test_instructor.py in its own virtualenv (instructor pins an older `jiter`
 than the `openai` release the rest of the suite uses): one structured reply from our
 server through instructor, printed as JSON.
 

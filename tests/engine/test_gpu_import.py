@@ -24,3 +24,20 @@ def test_the_gpu_backend_imports_nothing_of_the_cpu_one():
     done = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
+SERVER = """
+import json, sys
+import ai00_like.api.app
+import ai00_like.middleware
+print(json.dumps(sorted(name for name in sys.modules if name.startswith("ai00_like.rwkv.cpu"))))
+"""
+
+
+def test_the_server_builds_no_cpu_kernel_before_a_cpu_model_is_made():
+    # The sampler's own kernel shares jit.py's settings (it samples on the CPU whatever the
+    # backend); the engine's kernels, and the LLVM intrinsics they are built on, wait for
+    # the first CPU model.
+    done = subprocess.run([sys.executable, "-c", SERVER], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["ai00_like.rwkv.cpu", "ai00_like.rwkv.cpu.jit"]

@@ -52,7 +52,7 @@ def zip_bytes(entries: dict[str, bytes]) -> bytes:
 
 def write_demo_lora(path: Path) -> None:
     """A rank-2 LoRA of the demo model's (D256) first key matrix, in Ai00's names
-    (lora.0 = A transposed [in, r], lora.1 = B [out, r]), as tests/test_loader.py writes them."""
+    (lora.0 = A transposed [in, r], lora.1 = B [out, r]), as tests/engine/test_loader.py writes them."""
     a, b = np.zeros((256, 2), np.float32), np.zeros((256, 2), np.float32)
     a[3, 0], a[5, 1], b[7, 0], b[9, 1] = 1.0, 2.0, 3.0, -1.0
     save_file({"blocks.0.att.key.lora.0": a, "blocks.0.att.key.lora.1": b}, str(path))

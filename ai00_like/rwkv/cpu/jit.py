@@ -21,6 +21,12 @@ from pathlib import Path
 # in the weights or activations propagates as it would through BLAS.
 FASTMATH = {"reassoc", "contract", "arcp", "nsz"}
 
+# The most rows of x a decoding step multiplies in the compiled kernels (skinny.py and the
+# packed forms'); a prefill chunk's products go to BLAS. Here, beside the other settings
+# compiled code shares, because the sampler's kernel picks its threads by it too and must
+# not import the engine's kernels for it.
+SKINNY_ROWS = 64
+
 # numba's fallback threading layer (workqueue, where neither OpenMP nor TBB is installed)
 # aborts the process when two threads launch parallel kernels at once: two models served
 # side by side take turns instead.

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..formats import BF16
 from . import intrinsics, vector_dots
-from .jit import LAUNCH, read_only
+from .jit import LAUNCH, SKINNY_ROWS, read_only
 
 
 def kernel_view(weight: np.ndarray) -> np.ndarray:
@@ -54,8 +54,6 @@ def kernel_view(weight: np.ndarray) -> np.ndarray:
 # start (a few seconds, and tens of MiB of LLVM's memory kept).
 prange = range
 widen = weight_pair = holds_bf16 = block4 = None  # intrinsics.py's and vector_dots.py's, where numba is
-# The most rows of x a decoding step multiplies here; a prefill chunk's products go to BLAS.
-SKINNY_ROWS = 64
 # Rows ahead of the block being multiplied whose weights a multi-row product asks for.
 AHEAD_ROWS = 16
 # The longest x, in bytes, that a one-row product reads once for each weight row: a longer
