@@ -221,7 +221,9 @@ def add_generate(subparsers) -> None:
     )
     p.add_argument("prompt", metavar="PROMPT", help="text to continue")
     p.add_argument("--model", type=Path, required=True, help="model file")
-    p.add_argument("--tokenizer", type=Path, help="vocabulary file (default: the RWKV World vocabulary)")
+    p.add_argument("--tokenizer", type=Path,
+                   help="vocabulary file (default: the model's own, beside it as MODEL_vocab.txt or named in its "
+                        "metadata; else the RWKV World vocabulary)")
     p.add_argument("--max-tokens", type=int, default=100, help="tokens to generate at most (default: 100)")
     p.add_argument("--temperature", type=float, default=1.0, help="0 picks the most likely token (default: 1)")
     p.add_argument("--top-p", type=float, default=0.5, help="nucleus probability mass (default: 0.5)")
@@ -356,11 +358,17 @@ def add_lb_config(subparsers) -> None:
         description=(
             "Write a HAProxy configuration that spreads requests over the given replicas by a "
             "consistent hash of each conversation's affinity key (prompt_cache_key, then the "
-            "X-Session-Id header, then user, then the first message), with health checks on /health."
+            "X-Session-Id header, then user, then the first message), with health checks on /health. "
+            "Replicas may serve different models: a request whose JSON `model` only some replicas "
+            "serve goes to those replicas; one without `model`, or naming a model no list has, goes "
+            "to the replicas given without a list (or to all of them, when every replica has one)."
         ),
     )
-    p.add_argument("--replica", action="append", required=True, metavar="URL",
-                   help="a replica, such as http://10.0.0.2:65530 (repeat for each)")
+    p.add_argument("--replica", action="append", required=True, metavar="URL[=MODEL,...]",
+                   help="a replica, such as http://10.0.0.2:65530 (repeat for each). One that serves only some "
+                        "models lists them: http://10.0.0.2:65530=small,org/large:7b (every name clients send "
+                        "for them, ids and aliases; letters, digits and . _ : / @ + ~ -). Without a list, a "
+                        "replica serves every model")
     p.add_argument("--port", type=int, default=8080, help="port HAProxy listens on (default: 8080)")
     p.add_argument("--bind", default="0.0.0.0", help="address HAProxy listens on (default: 0.0.0.0)")
     p.add_argument("-o", "--output", type=Path, default=None, help="file to write (default: standard output)")

@@ -19,7 +19,7 @@ import tomllib
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -76,6 +76,28 @@ class TokenizerSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     path: str = ""
 
 
+KeepAlive = Annotated[float, msgspec.Meta(ge=-1)]
+
+
+class ModelsSection(ModelSection, forbid_unknown_fields=True, kw_only=True):
+    """One of several models ([[models]]): everything [model] has, with its own tokenizer,
+    LoRAs and states, and when it is loaded and unloaded."""
+
+    path: str = ""  # the folder of `name`; empty: [model] path
+    tokenizer: str = ""  # empty: a vocabulary beside the model, named after it, or the World one
+    lora: list[LoraSection] = msgspec.field(default_factory=list)
+    state: list[StateSection] = msgspec.field(default_factory=list)
+    keep_alive: KeepAlive = 300.0  # idle seconds before it is unloaded; 0 at once, -1 never (pinned)
+    load: Literal["startup", "on_demand"] = "on_demand"
+
+
+class ServerSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    serve_folder: bool = True  # model files in [model] path that no section names are served too
+    max_loaded_models: NonNegative = 0  # 0: as many as the memory budget holds
+    # Bytes ("8 GiB" and the like too), or "auto": a share of the memory free at start.
+    memory_budget: int | str = "auto"
+
+
 class ListenSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ip: str = DEFAULT_IP
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = DEFAULT_PORT
@@ -124,6 +146,8 @@ class WebSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     model: ModelSection = msgspec.field(default_factory=ModelSection)
+    models: list[ModelsSection] = msgspec.field(default_factory=list)
+    server: ServerSection = msgspec.field(default_factory=ServerSection)
     state: list[StateSection] = msgspec.field(default_factory=list)
     lora: list[LoraSection] = msgspec.field(default_factory=list)
     tokenizer: TokenizerSection = msgspec.field(default_factory=TokenizerSection)
@@ -150,39 +174,45 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         """The configured model file, or None when `[model] name` is empty (start with no model)."""
         return self.model_dir / self.model.name if self.model.name else None
 
-    def _in_model_dir(self, path: str) -> Path:
+    def model_spec(self) -> ModelSpec | None:
+        """[model] as a ModelSpec, or None when `[model] name` is empty."""
+        if self.model_file is None:
+            return None
+        return self.spec_of(self.model, tokenizer=self.tokenizer.path, loras=self.lora, states=self.state)
+
+    def spec_of(self, section: ModelSection, *, tokenizer: str, loras: list[LoraSection],
+                states: list[StateSection]) -> ModelSpec:
+        """How to load the model `section` describes ([model] or one of [[models]])."""
+        folder = self.resolve(section.path) if section.path else self.model_dir
+        in_folder = lambda path: self._in_folder(folder, path)  # noqa: E731
+        return ModelSpec(
+            path=str(folder / section.name),
+            tokenizer=str(self.resolve(tokenizer)) if tokenizer else None,
+            device=section.device,
+            precision=section.precision,
+            quant=section.quant,
+            quant_type=section.quant_type,
+            quant_head=section.quant_head,
+            max_batch=section.max_batch,
+            token_chunk_size=section.token_chunk_size,
+            loras=tuple(LoraSpec(str(in_folder(lora.path)), lora.alpha) for lora in loras),
+            states=tuple(StateSpec(str(in_folder(s.path)), s.id, s.name or Path(s.path).name, s.default)
+                         for s in states),
+            cache_bytes=section.cache_bytes,
+            checkpoint_interval=section.checkpoint_interval,
+            name=section.served_name or Path(section.name).stem,
+            models_dir=str(folder),
+            max_prompt_tokens=self.listen.max_prompt_tokens,
+            thinking=section.thinking,
+            reasoning_effort=section.reasoning_effort,
+            max_tokens_limit=section.max_tokens_limit,
+        )
+
+    def _in_folder(self, folder: Path, path: str) -> Path:
         # Ai00 resolves [[state]]/[[lora]] paths under [model] path; its shipped examples also
         # spell them from the working directory ("assets/models/x.lora"). Accept both.
-        under = self.model_dir / path
+        under = folder / path
         return under if under.exists() or not self.resolve(path).exists() else self.resolve(path)
-
-    def model_spec(self) -> ModelSpec | None:
-        model_file = self.model_file
-        if model_file is None:
-            return None
-        return ModelSpec(
-            path=str(model_file),
-            tokenizer=str(self.resolve(self.tokenizer.path)) if self.tokenizer.path else None,
-            device=self.model.device,
-            precision=self.model.precision,
-            quant=self.model.quant,
-            quant_type=self.model.quant_type,
-            quant_head=self.model.quant_head,
-            max_batch=self.model.max_batch,
-            token_chunk_size=self.model.token_chunk_size,
-            loras=tuple(LoraSpec(str(self._in_model_dir(lora.path)), lora.alpha) for lora in self.lora),
-            states=tuple(
-                StateSpec(str(self._in_model_dir(s.path)), s.id, s.name or Path(s.path).name, s.default)
-                for s in self.state
-            ),
-            cache_bytes=self.model.cache_bytes,
-            checkpoint_interval=self.model.checkpoint_interval,
-            name=self.model.served_name,
-            models_dir=str(self.model_dir),
-            max_prompt_tokens=self.listen.max_prompt_tokens,
-            thinking=self.model.thinking,
-            reasoning_effort=self.model.reasoning_effort,
-        )
 
 
 # Ai00 keys our engine has no use for: accepted, reported once, then dropped.
@@ -245,9 +275,24 @@ def parse_config(text: str, *, source: str = DEFAULT_CONFIG, base_dir: str | Pat
 
 def _check(config: Config) -> None:
     source = config.source
+    _check_states(source, "state", config.state)
+    _check_model(source, "model", config.model)
+    for n, section in enumerate(config.models):
+        if not section.name:
+            raise ConfigError(f"{source}: models[{n}].name: name the model's file")
+        _check_model(source, f"models[{n}]", section)
+        _check_states(source, f"models[{n}].state", section.state)
+    _check_served_names(config)
+    _check_budget(source, config.server.memory_budget)
+    if bool(config.listen.tls_cert) != bool(config.listen.tls_key):
+        raise ConfigError(f"{source}: listen.tls_cert and listen.tls_key: set both (TLS) or neither")
+    _check_store_url(source, config.store.url)
+    _check_listen(source, config.listen)
+
+
+def _check_states(source: str, where: str, states: list[StateSection]) -> None:
     ids: set[str] = set()
-    defaults = 0
-    for n, state in enumerate(config.state):
+    for n, state in enumerate(states):
         if not state.id:
             # Ai00 draws a random UUID on every start, so clients cannot keep using an id;
             # one derived from the path is the same on every start.
@@ -256,26 +301,65 @@ def _check(config: Config) -> None:
             try:
                 uuid.UUID(state.id)
             except ValueError:
-                raise ConfigError(f"{source}: state[{n}].id: not a UUID: {state.id!r}") from None
+                raise ConfigError(f"{source}: {where}[{n}].id: not a UUID: {state.id!r}") from None
         if state.id in ids:
-            raise ConfigError(f"{source}: state[{n}].id: {state.id} is used by another [[state]]")
+            raise ConfigError(f"{source}: {where}[{n}].id: {state.id} is used by another [[state]]")
         ids.add(state.id)
-        defaults += state.default
-    if defaults > 1:
-        raise ConfigError(f"{source}: state: more than one [[state]] has default = true")
+    if sum(state.default for state in states) > 1:
+        raise ConfigError(f"{source}: {where}: more than one [[state]] has default = true")
+
+
+def _check_model(source: str, where: str, section: ModelSection) -> None:
     try:
-        check_device(config.model.device)
-        quant_options(config.model.precision, config.model.quant, config.model.quant_type)
+        check_device(section.device)
+        quant_options(section.precision, section.quant, section.quant_type)
     except ValueError as e:
         key = "device" if "device" in str(e) else "precision" if "precision" in str(e) else "quant_type"
-        raise ConfigError(f"{source}: model.{key}: {e}") from None
-    name = config.model.name
+        raise ConfigError(f"{source}: {where}.{key}: {e}") from None
+    name = section.name
     if name and (Path(name).is_absolute() or ".." in Path(name).parts):
-        raise ConfigError(f"{source}: model.name: must be a file inside [model] path, got {name!r}")
-    if bool(config.listen.tls_cert) != bool(config.listen.tls_key):
-        raise ConfigError(f"{source}: listen.tls_cert and listen.tls_key: set both (TLS) or neither")
-    _check_store_url(source, config.store.url)
-    _check_listen(source, config.listen)
+        raise ConfigError(f"{source}: {where}.name: must be a file inside the models folder, got {name!r}")
+
+
+def _check_served_names(config: Config) -> None:
+    """Every name a request may use must pick one model."""
+    sections = ([("model", config.model)] if config.model.name else []) + \
+        [(f"models[{n}]", section) for n, section in enumerate(config.models)]
+    owners: dict[str, str] = {}
+    for where, section in sections:
+        served = section.served_name or Path(section.name).stem
+        for key, name in [("served_name", served), *((f"aliases[{k}]", a) for k, a in enumerate(section.aliases))]:
+            if name in owners and owners[name] != where:
+                raise ConfigError(f"{config.source}: {where}.{key}: {name!r} already names {owners[name]}")
+            owners[name] = where
+
+
+def memory_budget_bytes(value: int | str) -> int | None:
+    """[server] memory_budget in bytes, or None for "auto"; raises ValueError on anything else."""
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("must be a number of bytes >= 0 or \"auto\"")
+        return value
+    text = value.strip()
+    if text.lower() == "auto":
+        return None
+    number = text.rstrip("KMGTiBb ").strip()
+    unit = text[len(number):].strip().lower().removesuffix("b").removesuffix("i")
+    scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}.get(unit)
+    try:
+        amount = float(number)
+    except ValueError:
+        amount = -1.0
+    if scale is None or amount < 0:
+        raise ValueError(f"must be bytes (a number, or such as \"8 GiB\") or \"auto\"; got {value!r}")
+    return int(amount * scale)
+
+
+def _check_budget(source: str, value: int | str) -> None:
+    try:
+        memory_budget_bytes(value)
+    except ValueError as e:
+        raise ConfigError(f"{source}: server.memory_budget: {e}") from None
 
 
 def _check_listen(source: str, listen: ListenSection) -> None:

@@ -18,9 +18,10 @@ import numpy as np
 from .identity import weights_identity
 from .messages import ModelInfoEvent, ModelSpec
 from .rwkv import load_model, load_state
+from .rwkv.memory import footprint
 from .rwkv.quant import head_quantised, quantisation_of
 from .rwkv.state import State
-from .rwkv.tokenizer import default_tokenizer_path, load_tokenizer
+from .rwkv.tokenizer import check_vocabulary, default_tokenizer_path, find_tokenizer, load_tokenizer
 from .backend.backend import Backend
 
 
@@ -59,6 +60,7 @@ class LoadedModel:
         self.name = spec.name or Path(spec.path).stem
         self.state_files: dict = {}  # (path, mtime) → State, for per-request `.state` files
         self.prompt_limit = prompt_limit(spec, model.info)  # None: no limit
+        self.memory_bytes = footprint(model) + spec.cache_bytes  # the cache may grow to its budget
 
     def describe(self) -> ModelInfoEvent:
         cache = self.backend.cache
@@ -66,7 +68,7 @@ class LoadedModel:
             name=self.name, path=self.spec.path, info=self.model.info, spec=self.spec, states=self.spec.states,
             slots=self.model.max_batch, running=self.backend.running, waiting=self.backend.queued,
             cache_entries=len(cache), cache_bytes=cache.bytes, counters=self.backend.counters(), tokenizer=self.tokenizer,
-            identity=self.identity,
+            identity=self.identity, memory_bytes=self.memory_bytes,
         )
 
     def encode(self, text: str) -> tuple[int, ...]:
@@ -130,7 +132,10 @@ class LoadedModel:
 
 
 def build(spec: ModelSpec, progress=None) -> LoadedModel:
-    """Load model, tokenizer and initial states, and start a backend for them."""
+    """Load model, tokenizer and initial states, and start a backend for them.
+
+    The tokenizer is the spec's, else the one the model brings (tokenizer.find_tokenizer),
+    else the World vocabulary; one with ids beyond the model's vocabulary is a ValueError."""
     model = load_model(spec.path, spec.device, max_batch=spec.max_batch,
                        loras=[(lora.path, lora.alpha) for lora in spec.loras], progress=progress,
                        precision=spec.precision, quant=spec.quant, quant_type=spec.quant_type,
@@ -139,7 +144,11 @@ def build(spec: ModelSpec, progress=None) -> LoadedModel:
     spec = msgspec.structs.replace(spec, quant=layers, quant_type=kind) if layers else spec
     spec = msgspec.structs.replace(spec, quant_head=head_quantised(model.tensors))
     spec = msgspec.structs.replace(spec, precision=model.precision)  # what "auto" became
-    tokenizer = load_tokenizer(spec.tokenizer or default_tokenizer_path())
+    tokenizer_path = Path(spec.tokenizer or find_tokenizer(spec.path) or default_tokenizer_path())
+    tokenizer = load_tokenizer(tokenizer_path)
+    # Refused here, in one line, rather than on every request: ids the model lacks cannot work.
+    check_vocabulary(tokenizer, model.info.vocab, spec.path, tokenizer_path)
+    spec = msgspec.structs.replace(spec, tokenizer=str(tokenizer_path))  # /api/models/info names the one used
     states = {s.id: load_state(s.path, model.info) for s in spec.states}
     identity = weights_identity(spec)
     backend = Backend(model, tokenizer, token_chunk_size=spec.token_chunk_size, cache_bytes=spec.cache_bytes,

@@ -84,6 +84,7 @@ class ModelSpec(msgspec.Struct, frozen=True):
     max_prompt_tokens: int = 0  # longer prompts are refused ("too_long"); 0: automatic (loaded.prompt_limit), -1: none
     thinking: Thinking = "none"  # a reasoning model: "think" (G1), "effort" (G1 taking effort suffixes)
     reasoning_effort: Effort = "medium"  # its default effort ("none": thinking off unless asked)
+    max_tokens_limit: int = 65536  # the largest max_tokens a request may ask for
 
 
 class Load(msgspec.Struct, frozen=True):
@@ -94,6 +95,7 @@ class Load(msgspec.Struct, frozen=True):
 
 class Unload(msgspec.Struct, frozen=True):
     reply: Reply
+    model: str = ""  # the served name; "": every loaded model
 
 
 class Save(msgspec.Struct, frozen=True):
@@ -102,9 +104,19 @@ class Save(msgspec.Struct, frozen=True):
     path: str
     reply: Reply
     dtype: Literal["fp16", "fp32", "bf16"] = "fp16"
+    model: str = ""
 
 
 class GetInfo(msgspec.Struct, frozen=True):
+    """A loaded model's ModelInfoEvent (with no `model`: the only one loaded)."""
+
+    reply: Reply
+    model: str = ""
+
+
+class ListLoaded(msgspec.Struct, frozen=True):
+    """Every loaded model's ModelInfoEvent, as LoadedModels."""
+
     reply: Reply
 
 
@@ -126,6 +138,7 @@ class Generate(msgspec.Struct, frozen=True):
     stop_on_eos: bool = True
     prefix: tuple[int, ...] = ()  # token ids read before the prompt's text (a stored conversation)
     keep_state: bool = False  # Finished carries the state and the tokens it holds (choice 0)
+    model: str = ""  # the served name the request is for (middleware routes by it)
 
 
 class Embed(msgspec.Struct, frozen=True):
@@ -133,6 +146,7 @@ class Embed(msgspec.Struct, frozen=True):
 
     texts: tuple[str, ...]
     reply: Reply
+    model: str = ""  # as Generate.model
 
 
 class Choose(msgspec.Struct, frozen=True):
@@ -148,6 +162,7 @@ class Choose(msgspec.Struct, frozen=True):
     reply: Reply
     calibrate: bool = False
     state: str | State | None = None  # as Generate.state
+    model: str = ""  # as Generate.model
 
 
 class ScorePrompt(msgspec.Struct, frozen=True):
@@ -158,6 +173,7 @@ class ScorePrompt(msgspec.Struct, frozen=True):
     reply: Reply
     top: int = 0  # also the `top` most likely alternatives at each position
     state: str | State | None = None  # as Generate.state
+    model: str = ""  # as Generate.model
 
 
 class ReadState(msgspec.Struct, frozen=True):
@@ -166,6 +182,7 @@ class ReadState(msgspec.Struct, frozen=True):
     prompt: str
     reply: Reply
     state: str | State | None = None  # as Generate.state
+    model: str = ""  # as Generate.model
 
 
 # ------------------------------------------------------------------ events back to the waiting handler
@@ -201,6 +218,13 @@ class ModelInfoEvent(msgspec.Struct, frozen=True):
     counters: BackendCounters = BackendCounters()
     tokenizer: WorldTokenizer | HFTokenizer | None = None  # read-only use: token bytes for logprobs, counts
     identity: str = ""  # the weights by content, not path (identity.py); empty from test builders
+    memory_bytes: int = 0  # what it holds: weights in their loaded form, slot states, prefix cache's budget
+
+
+class LoadedModels(msgspec.Struct, frozen=True):
+    """Reply to ListLoaded: every loaded model."""
+
+    models: tuple[ModelInfoEvent, ...]
 
 
 class Loaded(msgspec.Struct, frozen=True):

@@ -1,9 +1,12 @@
-"""The middleware thread: owns the model lifecycle and routes the HTTP tier's messages.
+"""The middleware thread: owns the loaded models' lifecycle and routes the HTTP tier's messages.
 
-Load builds the new model, tokenizer and backend in a worker thread while the old
-model keeps serving, then swaps them in; a failed load reports its error and changes
-nothing. Generate is tokenised here, given its samplers and initial state, and handed
-to the backend. With no model loaded every request fails at once with a clear error.
+Each loaded model has its own backend thread (its slots, batcher and prefix state cache);
+every request names its model by served name and goes to that model's backend. Load builds
+a model, tokenizer and backend in a worker thread while the model's old copy, if any,
+keeps serving, then swaps them in; a failed load reports its error and changes nothing.
+Which models to load and unload, and when, is the HTTP tier's policy (api/pool.py); this
+thread does what it is told. Generate is tokenised here, given its samplers and initial
+state, and handed to the backend. A request for a model that is not loaded fails at once.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ import msgspec
 
 from .loaded import LoadedModel, build
 from .messages import (
-    Choose, ChooseJob, Embed, EmbedJob, Failed, Generate, GenerateJob, GetInfo, Load, Loaded, ReadState, Save, Saved,
-    ScoreJob, ScorePrompt, StateJob, Unload, Unloaded,
+    Choose, ChooseJob, Embed, EmbedJob, Failed, Generate, GenerateJob, GetInfo, ListLoaded, Load, Loaded, LoadedModels,
+    ReadState,
+    Save, Saved, ScoreJob, ScorePrompt, StateJob, Unload, Unloaded,
 )
 from .rwkv.formats.safetensors import write_safetensors
+from .rwkv.memory import release_freed_memory
 from .sampler import RequestSampler
 
 log = logging.getLogger(__name__)
@@ -54,13 +59,14 @@ def _save_failure(exc: Exception) -> Failed:
 class Middleware:
     def __init__(self, builder=build):
         self.builder = builder
-        self.current: LoadedModel | None = None
+        self.models: dict[str, LoadedModel] = {}  # by served name
         self.inbox: queue.Queue = queue.Queue()
         self._loads: deque[Load] = deque()
         self._loading = False
         self._handlers = {
             Generate: self._generate, Embed: self._embed, Choose: self._with_initial_state,
             ReadState: self._with_initial_state, ScorePrompt: self._with_initial_state, GetInfo: self._info,
+            ListLoaded: self._list,
             Load: self._queue_load, _Swap: self._swap, _LoadFailed: self._load_failed, Save: self._save,
             Unload: self._unload,
         }
@@ -83,8 +89,9 @@ class Middleware:
         while True:
             message = self.inbox.get()
             if message is None:
-                if self.current is not None:
-                    self.current.backend.stop("the server is shutting down")
+                for loaded in self.models.values():
+                    loaded.backend.stop("the server is shutting down")
+                self.models.clear()
                 return
             try:
                 handle = self._handlers.get(type(message))
@@ -103,26 +110,36 @@ class Middleware:
         request.reply(Failed(str(exc), getattr(exc, "kind", "bad_request")))
 
     def _loaded(self, request) -> LoadedModel | None:
-        if self.current is None:
-            request.reply(Failed("no model is loaded", "no_model"))
-        return self.current
+        """The model `request.model` names; with no name, the only one loaded (library use)."""
+        name = request.model
+        if not name and len(self.models) == 1:
+            return next(iter(self.models.values()))
+        loaded = self.models.get(name)
+        if loaded is None:
+            request.reply(Failed(f"the model {name} is not loaded" if name else "no model is loaded", "no_model"))
+        return loaded
 
-    # ------------------------------------------------------------------ the model's lifecycle
+    # ------------------------------------------------------------------ the models' lifecycle
 
     def _info(self, request: GetInfo) -> None:
-        if (current := self._loaded(request)) is not None:
-            request.reply(current.describe())
+        if (loaded := self._loaded(request)) is not None:
+            request.reply(loaded.describe())
+
+    def _list(self, request: ListLoaded) -> None:
+        request.reply(LoadedModels(tuple(m.describe() for m in self.models.values())))
 
     def _queue_load(self, load: Load) -> None:
         self._loads.append(load)
         self._next_load()
 
     def _swap(self, swap: _Swap) -> None:
-        old, self.current = self.current, swap.loaded
+        new = swap.loaded
+        old = self.models.get(new.name)
+        self.models[new.name] = new
         if old is not None:
             old.backend.stop("the model was replaced by a new one")
         self._loading = False
-        swap.load.reply(Loaded(self.current.describe()))
+        swap.load.reply(Loaded(new.describe()))
         self._next_load()
 
     def _load_failed(self, failed: _LoadFailed) -> None:
@@ -131,9 +148,12 @@ class Middleware:
         self._next_load()
 
     def _unload(self, request: Unload) -> None:
-        if self.current is not None:
-            self.current.backend.stop("the model was unloaded")
-            self.current = None
+        names = [request.model] if request.model else list(self.models)
+        for name in names:
+            if (loaded := self.models.pop(name, None)) is not None:
+                loaded.backend.stop("the model was unloaded")
+        loaded = None  # the last reference here: the memory can go back below
+        release_freed_memory()
         request.reply(Unloaded())
 
     def _next_load(self) -> None:
@@ -158,87 +178,89 @@ class Middleware:
 
         A failure's message is the reason alone, never the server's path (the HTTP tier names
         the path as its client gave it); the folder's faults are kind "bad_request"."""
-        if (current := self._loaded(request)) is None:
+        if (loaded := self._loaded(request)) is None:
             return
-        tensors, target = current.model.tensors, Path(request.path)
+        target = Path(request.path)
         if target.exists():
             request.reply(Failed("it exists already; saving never overwrites a file", "bad_request"))
             return
-
-        def work():
-            partial = target.with_name(target.name + ".part")
-            try:
-                write_safetensors(tensors, partial, dtype=request.dtype)
-                os.replace(partial, target)  # a reader never sees a half-written file
-            except Exception as exc:
-                with contextlib.suppress(OSError):  # the folder that refused the file may refuse this too
-                    partial.unlink(missing_ok=True)
-                if isinstance(exc, OSError):  # the file system's answer: one line is all there is to tell
-                    log.warning("saving %s failed: %s", target, exc)
-                else:
-                    log.exception("saving %s failed", target)
-                request.reply(_save_failure(exc))
-            else:
-                request.reply(Saved(str(target), target.stat().st_size))
-
-        threading.Thread(target=work, name="model-saver", daemon=True).start()
+        threading.Thread(target=_write_model, args=(loaded.model.tensors, target, request), name="model-saver",
+                         daemon=True).start()
 
     # ------------------------------------------------------------------ requests for the backend
 
     def _resolve(self, request):
         """(model, cache partition, initial state) for a request, or None once it got its error."""
-        if (current := self._loaded(request)) is None:
+        if (loaded := self._loaded(request)) is None:
             return None
         try:
-            return (current, *current.initial_state(request.state))
+            return (loaded, *loaded.initial_state(request.state))
         except (LookupError, ValueError) as exc:
             self._refuse(request, exc)
             return None
 
     def _embed(self, request: Embed) -> None:
-        if (current := self._loaded(request)) is None:
+        if (loaded := self._loaded(request)) is None:
             return
         try:
-            token_lists = tuple(current.encode(t) for t in request.texts)
+            token_lists = tuple(loaded.encode(t) for t in request.texts)
         except ValueError as exc:
             self._refuse(request, exc)
             return
-        current.backend.submit(EmbedJob(token_lists, request.reply))
+        loaded.backend.submit(EmbedJob(token_lists, request.reply))
 
     def _with_initial_state(self, request: Choose | ScorePrompt | ReadState) -> None:
         if (resolved := self._resolve(request)) is None:
             return
-        current, partition, initial = resolved
+        loaded, partition, initial = resolved
         try:
-            prompt = current.encode(request.prompt)
-            choices = tuple(current.encode(c) if c else () for c in getattr(request, "choices", ()))
+            prompt = loaded.encode(request.prompt)
+            choices = tuple(loaded.encode(c) if c else () for c in getattr(request, "choices", ()))
         except ValueError as exc:
             self._refuse(request, exc)
             return
         if isinstance(request, Choose):
-            current.backend.submit(ChooseJob(prompt, choices, request.calibrate, request.reply, partition, initial))
+            loaded.backend.submit(ChooseJob(prompt, choices, request.calibrate, request.reply, partition, initial))
         elif isinstance(request, ScorePrompt):
-            current.backend.submit(ScoreJob(prompt, request.top, request.reply, initial))
+            loaded.backend.submit(ScoreJob(prompt, request.top, request.reply, initial))
         else:
-            current.backend.submit(StateJob(prompt, request.reply, partition, initial))
+            loaded.backend.submit(StateJob(prompt, request.reply, partition, initial))
 
     def _generate(self, request: Generate) -> None:
         if (resolved := self._resolve(request)) is None:
             return
-        current, partition, initial = resolved
+        loaded, partition, initial = resolved
         try:
-            tokens = request.prefix + current.encode(request.prompt)
-            if any(not 0 <= t < current.model.info.vocab for t in request.prefix):
+            tokens = request.prefix + loaded.encode(request.prompt)
+            if any(not 0 <= t < loaded.model.info.vocab for t in request.prefix):
                 raise ValueError("prefix token ids must be in this model's vocabulary")
             model_tokens = request.model_counts or (
-                current.tokenizer.encode(request.model_text) if request.model_text else [])
-            first = RequestSampler(request.options, current.model.info.vocab, model_tokens)
+                loaded.tokenizer.encode(request.model_text) if request.model_text else [])
+            first = RequestSampler(request.options, loaded.model.info.vocab, model_tokens)
         except ValueError as exc:  # SamplerError among them
             self._refuse(request, exc)
             return
         samplers = (first,) + tuple(first.clone(i) for i in range(1, request.n))
-        current.backend.submit(GenerateJob(
+        loaded.backend.submit(GenerateJob(
             tokens=tuple(tokens), samplers=samplers, reply=request.reply, cancel=request.cancel,
             max_tokens=request.max_tokens, stop=request.stop, stop_on_eos=request.stop_on_eos,
             partition=partition, initial_state=initial, keep_state=request.keep_state,
         ))
+
+
+def _write_model(tensors, target: Path, request: Save) -> None:
+    """The saver thread: write through a partial file, so a reader never sees half of one."""
+    partial = target.with_name(target.name + ".part")
+    try:
+        write_safetensors(tensors, partial, dtype=request.dtype)
+        os.replace(partial, target)
+    except Exception as exc:
+        with contextlib.suppress(OSError):  # the folder that refused the file may refuse this too
+            partial.unlink(missing_ok=True)
+        if isinstance(exc, OSError):  # the file system's answer: one line is all there is to tell
+            log.warning("saving %s failed: %s", target, exc)
+        else:
+            log.exception("saving %s failed", target)
+        request.reply(_save_failure(exc))
+    else:
+        request.reply(Saved(str(target), target.stat().st_size))

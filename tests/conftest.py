@@ -29,7 +29,7 @@ SYSTEM = TESTS / "system"
 # worker is left running one of them while the other has nothing to do.
 LONGEST = ["engine/test_file_forms.py", "api/test_fuzz.py", "engine/test_gpu.py", "system/test_faults.py",
            "system/test_launcher.py", "engine/test_invariance.py", "system/test_wheel.py", "api/test_prefab.py",
-           "system/test_web_page.py", "system/test_shared_store.py", "core/test_serving.py"]
+           "system/test_web_page.py", "api/test_many_models.py", "system/test_shared_store.py", "core/test_serving.py"]
 
 
 def pytest_collection_modifyitems(config, items):

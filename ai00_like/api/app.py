@@ -34,7 +34,9 @@ from .oai import types as oai
 from .responses import routes as responses
 from .responses import types as resp
 from .openapi import OPENAPI_PATH, Route, openapi_document
+from .pool import LEASES
 from .serving import Serving
+from .sse import REQUEST
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +125,14 @@ _json_encode = msgspec.json.Encoder().encode
 
 def endpoint(handler: Callable[[web.Request, Serving], Awaitable[object]]):
     async def handle(request: web.Request) -> web.StreamResponse:
-        result = await handler(request, request.app[SERVING])
+        serving = request.app[SERVING]
+        REQUEST.set(request)
+        leases: list = []  # the models this request uses (pool.py): held until it has ended
+        LEASES.set(leases)
+        try:
+            result = await handler(request, serving)
+        finally:
+            serving.pool.release(leases)
         if isinstance(result, web.StreamResponse):
             return result
         return web.Response(body=_json_encode(result), content_type="application/json")

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from ..messages import Failed
 from .logs import client_gone
+from .sse import STARTED
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,10 @@ async def error_middleware(request: web.Request, handler):
     try:
         return await handler(request)
     except ApiError as e:
+        started = request.get(STARTED)
+        if started is not None:  # a stream that began while it waited for its model
+            await started.error(e.envelope())
+            return started.response
         return e.response()
     except web.HTTPException as e:
         if e.status < 400:

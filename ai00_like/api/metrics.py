@@ -10,8 +10,9 @@ vLLM dashboards and alerts work after renaming the prefix. Two sources:
   request's events as they arrive (`RequestObserver`, fed by oai/generation.py).
 
 Each application has its own registry (tests run several servers in one process).
-The backend's totals restart at each model load; the collector adds up the totals of
-earlier loads so that the exported counters never go down.
+Every series is labelled with its model (`model_name`, as vLLM's), one per model served
+so far. A backend's totals restart at each load of its model; the collector adds up the
+totals of earlier loads so that the exported counters never go down.
 """
 
 from __future__ import annotations
@@ -78,8 +79,8 @@ class Metrics:
         self.backend = BackendCollector(replica)
         r.register(self.backend)
 
-    async def exposition(self, snapshot: ModelInfoEvent | None, load: int) -> bytes:
-        self.backend.update(snapshot, load)
+    async def exposition(self, snapshots: tuple[ModelInfoEvent, ...], loads: dict[str, int]) -> bytes:
+        self.backend.update(snapshots, loads)
         return generate_latest(self.registry)
 
 
@@ -91,68 +92,99 @@ def _add(a: BackendCounters, b: BackendCounters) -> BackendCounters:
     return BackendCounters(*(getattr(a, f) + getattr(b, f) for f in _FIELDS))
 
 
+class _ModelTotals:
+    """One model's counters across its loads: a backend's totals restart with each load."""
+
+    def __init__(self) -> None:
+        self.earlier = _ZERO  # totals of the loads before the current one
+        self.last = _ZERO
+        self.load: int | None = None
+
+    def update(self, counters: BackendCounters, load: int | None) -> None:
+        if load != self.load:
+            self.earlier = _add(self.earlier, self.last)
+            self.last = _ZERO
+        self.last, self.load = counters, load
+
+    @property
+    def total(self) -> BackendCounters:
+        return _add(self.earlier, self.last)
+
+
 class BackendCollector:
-    """Exports the backend's snapshot taken at the scrape that is under way."""
+    """Exports the backends' snapshots taken at the scrape that is under way, one series per
+    model (label `model_name`), loaded or once loaded."""
 
     def __init__(self, replica: str) -> None:
         self.replica = replica
-        self.snapshot: ModelInfoEvent | None = None
-        self._earlier = _ZERO  # totals of the models loaded before the current one
-        self._last = _ZERO
-        self._last_load: int | None = None
+        self.snapshots: dict[str, ModelInfoEvent] = {}
+        self.totals: dict[str, _ModelTotals] = {}
+        self.loads: dict[str, int] = {}  # each model's loads since the server started
 
-    def update(self, snapshot: ModelInfoEvent | None, load: int) -> None:
-        """`load` numbers the model loads: a new one (or an unload) restarts the backend's totals."""
-        load = load if snapshot is not None else None
-        counters = snapshot.counters if snapshot is not None else _ZERO
-        if load != self._last_load:
-            self._earlier = _add(self._earlier, self._last)
-        self._last, self._last_load, self.snapshot = counters, load, snapshot
+    def update(self, snapshots: tuple[ModelInfoEvent, ...], loads: dict[str, int]) -> None:
+        """`loads` numbers each model's loads: a new one (or an unload) restarts its backend's totals."""
+        self.snapshots = {s.name: s for s in snapshots}
+        self.loads = dict(loads)
+        for name in set(self.totals) | set(self.snapshots):
+            s = self.snapshots.get(name)
+            totals = self.totals.setdefault(name, _ModelTotals())
+            totals.update(s.counters if s is not None else _ZERO, loads.get(name) if s is not None else None)
 
     def describe(self) -> Iterable[Metric]:
-        return ()  # metrics depend on the snapshot; nothing to check at registration
+        return ()  # metrics depend on the snapshots; nothing to check at registration
 
     def collect(self) -> Iterable[Metric]:
-        s = self.snapshot
-        name = s.name if s is not None else ""
-        total = _add(self._earlier, self._last)
-
-        def counter(metric, doc, value):
+        names = sorted(set(self.totals) | {n for n, count in self.loads.items() if count}) or [""]
+        for metric, doc, read in _COUNTERS:
             family = CounterMetricFamily(PREFIX + metric, doc, labels=LABELS)
-            family.add_metric([name, self.replica], value)
-            return family
-
-        def gauge(metric, doc, value):
+            for name in names:
+                totals = self.totals.get(name)
+                family.add_metric([name, self.replica], read(totals.total if totals else _ZERO))
+            yield family
+        loads = CounterMetricFamily(PREFIX + "model_loads", "Loads of the model (on start, on demand, by an admin).",
+                                    labels=LABELS)
+        for name in names:
+            loads.add_metric([name, self.replica], self.loads.get(name, 0))
+        yield loads
+        for metric, doc, read in _GAUGES:
             family = GaugeMetricFamily(PREFIX + metric, doc, labels=LABELS)
-            family.add_metric([name, self.replica], value)
-            return family
+            for name in names:
+                totals = self.totals.get(name)
+                family.add_metric([name, self.replica], read(self.snapshots.get(name), totals.last if totals else _ZERO))
+            yield family
 
-        # vLLM counts every prompt token, the ones a prefix-cache hit spared included.
-        yield counter("prompt_tokens", "Prompt tokens of finished and running requests (cache hits included).",
-                      total.prompt_tokens + total.cache_hit_tokens)
-        yield counter("prompt_tokens_computed", "Prompt tokens run through the model (cache hits excluded).",
-                      total.prompt_tokens)
-        yield counter("generation_tokens", "Tokens generated.", total.generated_tokens)
-        yield counter("iterations", "Batched forward steps.", total.steps)
-        yield counter("iteration_rows", "Sum over steps of the requests in the step (÷ iterations = mean batch "
-                      "size).", total.step_rows)
-        yield counter("iteration_tokens", "Tokens through the model in steps (prefill chunks and decode tokens).",
-                      total.step_tokens)
-        yield counter("state_cache_queries", "Prompts looked up in the prefix state cache.", total.cache_queries)
-        yield counter("state_cache_hits", "Lookups that found a cached prefix state.", total.cache_hits)
-        yield counter("state_cache_hit_tokens", "Prompt tokens a cache hit spared.", total.cache_hit_tokens)
-        yield gauge("num_requests_running", "Requests in a slot (prefilling or decoding).",
-                    s.running if s is not None else 0)
-        yield gauge("num_requests_waiting", "Requests waiting for a slot.", s.waiting if s is not None else 0)
-        yield gauge("batch_size_max", "Slots of the loaded model ([model] max_batch).", s.slots if s is not None else 0)
-        yield gauge("batch_size_mean", "Mean requests per batched step since the model was loaded.",
-                    self._last.step_rows / self._last.steps if self._last.steps else 0.0)
-        yield gauge("state_cache_entries", "Prefix states held in the cache.", s.cache_entries if s is not None else 0)
-        yield gauge("state_cache_bytes", "Bytes held by the prefix state cache.", s.cache_bytes if s is not None else 0)
-        budget = s.spec.cache_bytes if s is not None else 0
-        yield gauge("state_cache_usage_perc", "Cache bytes over its budget (0-1).",
-                    (s.cache_bytes / budget) if s is not None and budget else 0.0)
-        yield gauge("model_loaded", "1 while a model is loaded.", 1 if s is not None else 0)
+
+# (metric, help, value from a model's totals); vLLM counts every prompt token, the ones a
+# prefix-cache hit spared included.
+_COUNTERS = (
+    ("prompt_tokens", "Prompt tokens of finished and running requests (cache hits included).",
+     lambda t: t.prompt_tokens + t.cache_hit_tokens),
+    ("prompt_tokens_computed", "Prompt tokens run through the model (cache hits excluded).", lambda t: t.prompt_tokens),
+    ("generation_tokens", "Tokens generated.", lambda t: t.generated_tokens),
+    ("iterations", "Batched forward steps.", lambda t: t.steps),
+    ("iteration_rows", "Sum over steps of the requests in the step (÷ iterations = mean batch size).",
+     lambda t: t.step_rows),
+    ("iteration_tokens", "Tokens through the model in steps (prefill chunks and decode tokens).",
+     lambda t: t.step_tokens),
+    ("state_cache_queries", "Prompts looked up in the prefix state cache.", lambda t: t.cache_queries),
+    ("state_cache_hits", "Lookups that found a cached prefix state.", lambda t: t.cache_hits),
+    ("state_cache_hit_tokens", "Prompt tokens a cache hit spared.", lambda t: t.cache_hit_tokens),
+)
+# (metric, help, value from a model's snapshot, None when it is not loaded, and its current load's totals)
+_GAUGES = (
+    ("num_requests_running", "Requests in a slot (prefilling or decoding).", lambda s, t: s.running if s else 0),
+    ("num_requests_waiting", "Requests waiting for a slot.", lambda s, t: s.waiting if s else 0),
+    ("batch_size_max", "Slots of the model (its max_batch).", lambda s, t: s.slots if s else 0),
+    ("batch_size_mean", "Mean requests per batched step since the model was loaded.",
+     lambda s, t: t.step_rows / t.steps if s and t.steps else 0.0),
+    ("state_cache_entries", "Prefix states held in the cache.", lambda s, t: s.cache_entries if s else 0),
+    ("state_cache_bytes", "Bytes held by the prefix state cache.", lambda s, t: s.cache_bytes if s else 0),
+    ("state_cache_usage_perc", "Cache bytes over its budget (0-1).",
+     lambda s, t: s.cache_bytes / s.spec.cache_bytes if s and s.spec.cache_bytes else 0.0),
+    ("model_loaded", "1 while the model is loaded.", lambda s, t: 1 if s else 0),
+    ("model_memory_bytes", "What the loaded model holds: weights, slot states and its prefix cache's budget.",
+     lambda s, t: s.memory_bytes if s else 0),
+)
 
 
 class RequestObserver:

@@ -12,28 +12,33 @@ from .serving import Serving
 
 
 async def metrics_route(request: web.Request, serving: Serving) -> web.Response:
-    load = serving.loads
-    body = await serving.metrics.exposition(await serving.live_info(), load)
+    loads = {entry.name: entry.loads for entry in serving.pool.entries.values()}
+    body = await serving.metrics.exposition(await serving.all_info(), loads)
     # prometheus_client's content type carries its own charset parameter.
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 class Health(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """GET /health: `ok` with the model's id, or (with status 503) `loading` / `no_model` /
-    `draining` (shutting down)."""
+    """GET /health: `ok` with the default model's id, or (with status 503) `loading` (a model
+    of `load = "startup"` is not ready yet) / `no_model` (nothing to serve) / `draining`."""
 
     status: Literal["ok", "loading", "no_model", "draining"]
     model: str | None = None
 
 
 async def health_route(request: web.Request, serving: Serving) -> Health | web.Response:
-    """200 once a model is ready; 503 while one loads, none is loaded or the server is
-    shutting down (load balancers, k8s)."""
+    """200 once the server can serve: a model is loaded, or (with no model to load at start)
+    there are models to load on demand; 503 while a startup model loads, with nothing to
+    serve, or while shutting down (load balancers, k8s)."""
+    entries = serving.pool.entries.values()
+    startup = [e for e in entries if e.served.load == "startup"]
     if serving.draining:  # shutting down: no new work, whatever else is true
         health = Health(status="draining", model=serving.model_id)
-    elif serving.model is not None:
-        return Health(status="ok", model=serving.model.name)
+    elif any(e.load_task is not None and e.info is None for e in startup):
+        health = Health(status="loading")
+    elif serving.pool.loaded() or (not startup and entries):
+        return Health(status="ok", model=serving.model_id)
     else:
-        health = Health(status="loading" if serving.loading is not None else "no_model")
+        health = Health(status="no_model")
     return web.Response(body=msgspec.json.encode(health), status=503, content_type="application/json",
                         headers={"Retry-After": "2"})

@@ -1,27 +1,27 @@
-"""What the HTTP tier knows about the model being served, and its way to the middleware.
+"""What the HTTP tier knows about the models it serves, and its way to the middleware.
 
-Every load and unload passes through here, so the model the handlers see is the one the
-middleware holds; handlers can refuse a request at once (503 while nothing is loaded,
-404 for another model's name) without a round trip to the serving threads.
+Handlers ask `model_for(req.model)` for their model: the pool (api/pool.py) loads it if
+need be and leases it for the request; a name no model answers to is refused at once (404).
+Generations under way are kept here too, for a graceful shutdown.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import sys
-import time
 from pathlib import Path
 
 from ..config import Config
 from ..hub.jobs import Downloads
-from ..messages import Failed, GetInfo, Load, Loaded, ModelInfoEvent, ModelSpec, Unload
+from ..messages import GetInfo, ListLoaded, LoadedModels, ModelInfoEvent, ModelSpec
 from ..middleware import Middleware
 from ..response_store import StoreError, open_store
 from .channel import EventChannel
-from .errors import ApiError, model_not_found
+from .errors import ApiError
+from .keep_alive import keep_alive_seconds
 from .metrics import Metrics
+from .pool import ModelPool
+from .sse import keep_alive_while
 from .throughput import Throughput
 
 log = logging.getLogger(__name__)
@@ -31,15 +31,10 @@ class Serving:
     def __init__(self, config: Config, middleware: Middleware):
         self.config = config
         self.middleware = middleware
-        self.model: ModelInfoEvent | None = None
-        self.model_created = 0  # the model file's mtime, as Ollama reports `created`
-        self.loading: ModelSpec | None = None
-        self.last_error: str | None = None
+        self.pool = ModelPool(config, middleware)
         self.listen_host = config.listen.ip  # where the server listens (--ip wins over the config)
-        self._loaded = asyncio.Event()  # set whenever a load attempt has ended
-        self.throughput = Throughput()
+        self.throughput: dict[str, Throughput] = {}  # per model
         self.metrics = Metrics(config.listen.replica)
-        self.loads = 0
         # Graceful shutdown (api/app.py): the generations under way, so they can be waited
         # for and then ended. `draining` (set first) takes this replica out of a load
         # balancer's rotation through /health; `closing` then refuses new requests.
@@ -64,40 +59,63 @@ class Serving:
             log.error("%s. Serving without stored responses ([responses] required = false)", str(e).rstrip("."))
             return None, str(e)
 
-    # ------------------------------------------------------------------ the model
+    # ------------------------------------------------------------------ the models
+
+    @property
+    def model(self) -> ModelInfoEvent | None:
+        """The model a request without `model` gets, if it is loaded (a one-model server's model)."""
+        try:
+            entry = self.pool.find(None)
+        except ApiError:
+            return None
+        return entry.info
 
     @property
     def model_id(self) -> str | None:
         return self.model.name if self.model else None
 
-    def names_of_model(self) -> set[str]:
-        """Every name a request may use for the loaded model."""
-        if self.model is None:
-            return set()
-        return {self.model.name, Path(self.model.path).name, Path(self.model.path).stem, *self.config.model.aliases}
+    @property
+    def last_error(self) -> str | None:
+        errors = [e.last_error for e in self.pool.entries.values() if e.last_error]
+        return errors[-1] if errors else None
 
-    def require_model(self, requested: str | None) -> ModelInfoEvent:
-        """The loaded model, if `requested` may name it (absent or empty: any model will do).
+    @property
+    def loading(self) -> ModelSpec | None:
+        """A model being loaded, if any."""
+        entry = next((e for e in self.pool.entries.values() if e.load_task is not None), None)
+        return entry.served.spec if entry is not None else None
 
-        We accept the model's id, its file name and the configured aliases, and answer
-        404 model_not_found for any other name (instead of llama.cpp's "ignore the field"),
-        so a client that picked a model from another server learns it at once.
-        """
-        model = self.model
-        if model is None:
-            raise self.unavailable()
-        if requested and requested not in self.names_of_model():
-            raise model_not_found(requested, model.name)
-        return model
+    async def model_for(self, requested: str | None, *, stream: bool = False,
+                        keep_alive: float | str | None = None) -> ModelInfoEvent:
+        """The model a request names, loaded (loading it if need be) and leased until the
+        request ends (api/pool.py); `keep_alive` (the request's) becomes its idle time from
+        then on. A stream that must wait for a load starts at once and is kept alive with
+        pings meanwhile (sse.py's early stream)."""
+        idle = keep_alive_seconds(keep_alive)
+        entry = self.pool.lease(requested)
+        if idle is not None:
+            self.pool.set_keep_alive(entry, idle)
+        if not stream or entry.info is not None and entry.unload_task is None:
+            return await self.pool.ready(entry)
+        return await keep_alive_while(asyncio.ensure_future(self.pool.ready(entry)), self.config.listen.ping_interval)
 
-    async def live_info(self) -> ModelInfoEvent | None:
-        """The middleware's current view (slot use, cache size), or None when nothing is loaded."""
-        if self.model is None:
+    async def live_info(self, model: str | None = None) -> ModelInfoEvent | None:
+        """The middleware's current view of one loaded model (slot use, cache size): `model`,
+        or the one a request without a name gets; None when it is not loaded."""
+        name = model if model is not None else self.model_id
+        if name is None:
             return None
         channel = EventChannel()
-        self.middleware.send(GetInfo(channel.reply()))
+        self.middleware.send(GetInfo(channel.reply(), model=name))
         event = await channel.first()
         return event if isinstance(event, ModelInfoEvent) else None
+
+    async def all_info(self) -> tuple[ModelInfoEvent, ...]:
+        """Every loaded model's current view."""
+        channel = EventChannel()
+        self.middleware.send(ListLoaded(channel.reply()))
+        event = await channel.first()
+        return event.models if isinstance(event, LoadedModels) else ()
 
     def unavailable(self) -> ApiError:
         if self.loading is not None:
@@ -139,108 +157,33 @@ class Serving:
     # ------------------------------------------------------------------ lifecycle
 
     async def load(self, spec: ModelSpec) -> ModelInfoEvent:
-        """Load (or replace) the model; the old one keeps serving until the new one is ready.
+        """Load (or load anew) the model `spec` names; its old copy keeps serving until the new
+        one is ready. Shielded: a client that leaves does not stop a load half way."""
+        entry = self.pool.entry_for(spec)
+        return await asyncio.shield(self.pool.ensure_loaded(entry, spec))
 
-        Shielded: a client that disconnects while its load runs must not leave this tier
-        believing in a model other than the one the middleware ends up holding.
-        """
-        task = asyncio.ensure_future(self._load(spec))
-        task.add_done_callback(_retrieve)  # nobody may be left to await a failure
-        return await asyncio.shield(task)
-
-    async def _load(self, spec: ModelSpec) -> ModelInfoEvent:
-        self.loading = spec
-        self._loaded.clear()
-        channel = EventChannel()
-        started = time.monotonic()
-        log.info("loading model %s", spec.path)
-        bar = _progress_bar(Path(spec.path).name)
-        self.middleware.send(Load(spec, channel.reply(), bar.update if bar else None))
-        try:
-            event = await channel.first()
-        finally:
-            if bar:
-                bar.close()
-            if self.loading is spec:  # a later load may have started meanwhile
-                self.loading = None
-                self._loaded.set()
-        if isinstance(event, Loaded):
-            self.model, self.last_error = event.info, None
-            self.loads += 1  # /metrics: the backend's totals restart with each load
-            try:
-                self.model_created = int(os.stat(spec.path).st_mtime)
-            except OSError:
-                self.model_created = int(time.time())
-            info = event.info.info
-            log.info("model %s loaded in %.1f s: RWKV v%s, %d layers, %d dims, vocab %d, %d slots",
-                     event.info.name, time.monotonic() - started, info.version, info.n_layer, info.n_embd,
-                     info.vocab, event.info.slots)
-            return event.info
-        message = event.message if isinstance(event, Failed) else f"unexpected reply {event!r}"
-        self.last_error = message
-        log.error("loading %s failed: %s", spec.path, message)
-        # load_failed: the file or settings the client chose cannot be loaded; else our bug.
-        client_side = isinstance(event, Failed) and event.kind == "load_failed"
-        raise ApiError(400 if client_side else 500, f"Loading the model failed: {message}", code="load_failed")
-
-    async def unload(self) -> None:
-        await asyncio.shield(asyncio.ensure_future(self._unload()))
-
-    async def _unload(self) -> None:
-        channel = EventChannel()
-        self.middleware.send(Unload(channel.reply()))
-        await channel.first()
-        self.model = None
-        log.info("model unloaded")
+    async def unload(self, model: str | None = None) -> None:
+        """Unload `model` (None: every model) once its running requests have ended."""
+        entries = [self.pool.find(model)] if model else self.pool.loaded()
+        await asyncio.shield(asyncio.gather(*(self.pool.unload(e) for e in entries if e.info is not None)))
 
     async def wait_idle(self) -> None:
-        """Until no load is in progress (tests and benchmarks wait for the startup load)."""
-        while self.loading is not None:
-            await self._loaded.wait()
+        """Until no load is in progress (tests and benchmarks wait for the startup loads)."""
+        while tasks := [e.load_task for e in self.pool.entries.values() if e.load_task is not None]:
+            await asyncio.wait(tasks)
 
     def start_configured_load(self) -> asyncio.Task | None:
-        """Startup: load the configured model in the background while the server listens."""
-        spec = self.config.model_spec()
-        if spec is None:
-            log.warning("no model configured ([model] name is empty): inference routes answer 503 until one "
-                        "is loaded")
+        """Startup: load the models with `load = "startup"` ([model] among them) in the
+        background while the server listens."""
+        entries = [e for e in self.pool.entries.values() if e.served.load == "startup"]
+        if not entries:
+            log.warning("no model is loaded at start: each loads when a request first names it")
             return None
-        if not Path(spec.path).is_file():
-            self.last_error = f"model file {spec.path} not found"
-            log.warning("model file %s not found: inference routes answer 503 until a model is loaded", spec.path)
-            return None
-        self.loading = spec  # visible to requests that arrive before the task first runs
-
-        async def load_quietly():
-            try:
-                await self.load(spec)
-            except ApiError:
-                pass  # already logged; the server keeps serving with no model
-
-        return asyncio.get_running_loop().create_task(load_quietly())
-
-
-def _retrieve(task: asyncio.Task) -> None:
-    if not task.cancelled():
-        task.exception()
-
-
-class _LayerBar:
-    """A tqdm bar over the layers being prepared, shown only on an interactive terminal."""
-
-    def __init__(self, name: str):
-        from tqdm import tqdm
-
-        self.bar = tqdm(desc=f"loading {name}", unit="layer", leave=False, file=sys.stderr)
-
-    def update(self, done: int, total: int) -> None:  # called from the loading thread
-        self.bar.total = total
-        self.bar.n = done
-        self.bar.refresh()
-
-    def close(self) -> None:
-        self.bar.close()
-
-
-def _progress_bar(name: str) -> _LayerBar | None:
-    return _LayerBar(name) if sys.stderr.isatty() else None
+        for entry in entries:
+            if not Path(entry.served.spec.path).is_file():
+                entry.last_error = f"model file {entry.served.spec.path} not found"
+                log.warning("model file %s not found: requests for %s answer 503 until it is there",
+                            entry.served.spec.path, entry.name)
+        # Visible as loading at once, to requests that arrive before the loads first run.
+        loads = [self.pool.start_load(e) for e in entries if e.last_error is None]
+        return asyncio.ensure_future(asyncio.wait(loads)) if loads else None

@@ -13,6 +13,9 @@ like the cancellation would, and request_log_middleware (api/logs.py) logs the 4
 
 from __future__ import annotations
 
+import asyncio
+from contextvars import ContextVar
+
 import msgspec
 from aiohttp import web
 
@@ -20,9 +23,17 @@ _encode = msgspec.json.Encoder().encode
 
 DONE = b"data: [DONE]\n\n"
 PING = b": ping\n\n"
+WAIT_BEFORE_STREAMING = 0.25  # seconds a stream waits for its model before it starts with pings
+# The request whose handler runs (api/app.py's endpoint sets it).
+REQUEST: ContextVar[web.Request | None] = ContextVar("request", default=None)
 
 
 class EventStream:
+    @classmethod
+    def of(cls, request: web.Request) -> EventStream:
+        """The request's stream: the one started while it waited for its model, or a new one."""
+        return request.get(STARTED) or cls(request)
+
     def __init__(self, request: web.Request):
         self.request = request
         self.response = web.StreamResponse(
@@ -35,7 +46,8 @@ class EventStream:
         )
 
     async def start(self) -> None:
-        await self.response.prepare(self.request)
+        if not self.response.prepared:
+            await self.response.prepare(self.request)
 
     async def send(self, payload: msgspec.Struct) -> None:
         await self.send_raw(_encode(payload))
@@ -59,3 +71,26 @@ class EventStream:
     async def error(self, envelope: msgspec.Struct) -> None:
         await self.send(envelope)
         await self.response.write_eof()
+
+
+# The request's stream when it was started before its first event (keep_alive_while).
+STARTED = web.RequestKey("early_event_stream", EventStream)
+
+
+async def keep_alive_while(task: asyncio.Future, interval: float):
+    """`await task` for a streaming request; if it takes more than a moment (a model being
+    loaded), the stream starts and gets a ping every `interval` seconds meanwhile, so that
+    clients and proxies do not give up on it. An error after that goes out as an error event
+    (api/errors.py's error_middleware)."""
+    request = REQUEST.get()
+    try:
+        done, _ = await asyncio.wait([task], timeout=min(interval, WAIT_BEFORE_STREAMING))
+        if not done and request is not None:
+            out = request[STARTED] = EventStream(request)
+            await out.start()
+            while not (await asyncio.wait([task], timeout=interval))[0]:
+                await out.ping()
+        return await task
+    except asyncio.CancelledError:
+        task.cancel()  # the client left: stop waiting (the load itself goes on)
+        raise

@@ -11,11 +11,15 @@ left out, since only the rows a step reads are mapped (weights.embedding_rows).
 
 from __future__ import annotations
 
+import ctypes
+import gc
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
+from .loader import read_model_info
 from .quant import BLOCK, QuantisedMatrix
 from .weights import PROJECTION
 
@@ -79,3 +83,51 @@ def check_fits(tensors: Mapping[str, np.ndarray], precision: str, path) -> None:
         raise MemoryError(f"{path}: the model needs about {needed / 2**30:.2f} GiB of memory with its weights kept as "
                           f"{precision}, and this machine has {free / 2**30:.2f} GiB free; choose a smaller precision "
                           "or quantisation (precision, quant, quant_type) or free some memory")
+
+
+def footprint(model) -> int:
+    """The bytes a loaded model holds: its weights in their loaded form (a GPU model counts
+    its buffers, a CPU one what resident_bytes counts) and its slots' states."""
+    weights = getattr(model, "weight_bytes", None)
+    if weights is None:
+        weights = resident_bytes(model.tensors, model.precision)
+    info = model.info
+    return weights + 4 * info.n_layer * info.state_floats_per_layer * (model.max_batch + 1)
+
+
+def release_freed_memory() -> None:
+    """Give the memory of an unloaded model back to the system now.
+
+    cpu/setup.py asks glibc to keep up to 256 MB of freed heap for the next step's
+    temporaries; after an unload that would stay counted against the process, so the heap
+    is trimmed (after a collection, so that cycles holding weights are gone first)."""
+    gc.collect()
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+# Bytes a quantised weight takes: the codes and one fp16 scale (and offset) per block.
+QUANT_BYTES = {"int8": 1.07, "nf4": 0.57}
+
+
+def estimated_footprint(path, precision: str, quant: int, quant_type: str, max_batch: int) -> int:
+    """footprint() of a model before it is loaded, from its file's header alone: the
+    projections and the head counted from its sizes (per layer four d×d matrices and the two
+    of the feed-forward), at the bytes per weight they will be kept in ("auto": the file's
+    own, from its size). An estimate for making room; the load measures the real one."""
+    info = read_model_info(path)
+    d, layers = info.n_embd, info.n_layer
+    layer = 4 * d * d + 2 * d * info.ffn
+    head = info.vocab * d
+    total = layers * layer + head
+    if precision == "auto":
+        per_weight = min(4.0, max(2.0, Path(path).stat().st_size / (total + info.vocab * d)))
+    else:
+        per_weight = BYTES[precision]
+    quantised = min(quant, layers) * layer
+    weights = (total - quantised) * per_weight + quantised * QUANT_BYTES.get(quant_type, per_weight)
+    return int(weights) + 4 * layers * info.state_floats_per_layer * (max_batch + 1)

@@ -37,6 +37,19 @@ def client(server) -> openai.OpenAI:
 # and CI run them all. A module's own first test, which starts its shared server, is not
 # counted slow for that.
 SLOW = {
+    "test_many_models.py": {
+        'test_every_model_is_listed_and_loads_on_first_use',
+        'test_eight_concurrent_first_requests_load_the_model_once',
+        'test_the_least_recently_used_idle_model_makes_room',
+        'test_max_loaded_models_caps_the_count',
+        'test_a_pinned_model_is_never_evicted',
+        'test_a_busy_model_is_never_evicted',
+        'test_keep_alive_zero_unloads_the_model_once_idle',
+        'test_listings_and_health_checks_do_not_keep_a_model_alive',
+        'test_unloading_under_load_loses_no_request',
+        'test_two_models_stream_at_once_as_each_does_alone',
+        'test_embeddings_and_stored_responses_stay_with_their_model',
+    },
     "test_agents.py": {
         'test_a_conversation_continues_through_previous_response_id',
         'test_an_agent_calls_its_tool_and_answers',

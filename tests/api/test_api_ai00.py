@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
+import time
 
 import pytest
 from api_helpers import SCHEMAS, ServerThread, config_for, write_model, write_state
@@ -100,16 +101,30 @@ def test_adapters_lists_the_cpu_first(server):
     assert adapters and adapters[0].startswith("CPU")
 
 
-def test_admin_load_swaps_the_model(fresh_server):
+def statuses(server) -> dict[str, str]:
+    return {m["id"]: m["status"] for m in server.get("/v1/models").json()["data"]}
+
+
+def test_admin_load_replaces_the_default_model_and_a_reload_replaces_it_again(fresh_server):
     r = fresh_server.post("/admin/models/load", {"model_path": "other.st", "max_batch": 3,
                                            "state": [{"path": "tuned.state", "name": "t"}]})
     assert r.status == 200, r
     assert r.json()["id"] == "other" and r.json()["model"]["version"] == "V6" and r.json()["slots"] == 3
     models = fresh_server.get("/v1/models").json()
     SCHEMAS.check("ListModelsResponse", models)
-    assert [m["id"] for m in models["data"]] == ["other"]
-    assert fresh_server.post("/v1/chat/completions", {**HI, "model": "other", "state": "t"}).status == 200
-    assert fresh_server.post("/v1/chat/completions", {**HI, "model": "tiny"}).status == 404
+    # As Ai00's: the file loaded is now the model requests without `model` get, and the one
+    # it replaced is unloaded, still served on demand.
+    for _ in range(200):
+        if statuses(fresh_server) == {"tiny": "unloaded", "other": "loaded"}:
+            break
+        time.sleep(0.05)
+    assert statuses(fresh_server) == {"tiny": "unloaded", "other": "loaded"}
+    assert fresh_server.post("/v1/chat/completions", {**HI, "state": "t"}).json()["model"] == "other"
+    assert fresh_server.post("/v1/chat/completions", {**HI, "model": "tiny"}).status == 200
+    # Loaded again under its name, with other settings: the new copy replaces the old one.
+    again = fresh_server.post("/admin/models/load", {"model_path": "other.st", "max_batch": 2})
+    assert again.status == 200 and again.json()["id"] == "other" and again.json()["slots"] == 2
+    assert [m["id"] for m in fresh_server.get("/v1/models").json()["data"]] == ["tiny", "other"]
 
 
 @pytest.mark.parametrize("body,status,param", [
@@ -140,13 +155,16 @@ def test_failed_load_keeps_the_old_model(fresh_server):
     assert fresh_server.get("/api/models/info").json()["last_error"]
 
 
-def test_admin_unload_then_load(fresh_server):
+def test_admin_unload_then_a_request_loads_it_again(fresh_server):
     assert fresh_server.get("/admin/models/unload").json()["loaded"] is False
-    r = fresh_server.post("/v1/chat/completions", HI)
-    assert r.status == 503
-    SCHEMAS.check("ErrorResponse", r.json())
-    assert fresh_server.post("/admin/models/load", {"model_path": "tiny.st"}).status == 200
-    assert fresh_server.post("/v1/chat/completions", HI).status == 200
+    assert fresh_server.get("/v1/models/tiny").json()["status"] == "unloaded"
+    assert fresh_server.post("/v1/chat/completions", HI).status == 200  # loaded on demand
+    assert fresh_server.get("/v1/models/tiny").json()["status"] == "loaded"
+    unload = fresh_server.post("/admin/models/unload", {"model": "tiny"})
+    assert unload.status == 200 and unload.json()["loaded"] is False
+    assert fresh_server.post("/admin/models/load", {"model": "tiny"}).json()["id"] == "tiny"
+    missing = fresh_server.post("/admin/models/unload", {"model": "nope"})
+    assert missing.status == 404 and missing.json()["error"]["code"] == "model_not_found"
 
 
 def test_admin_save_writes_the_loaded_model_once(tmp_path):
@@ -193,18 +211,21 @@ def test_admin_routes_close_beyond_loopback_without_a_key(fresh_server):
         fresh_server.serving.listen_host = "127.0.0.1"
 
 
-def test_unload_mid_stream_ends_it_with_an_error_event(fresh_server):
+def test_unload_mid_stream_lets_the_stream_finish_first(fresh_server):
+    import concurrent.futures
+
     import openai
 
     client = openai.OpenAI(base_url=fresh_server.base_url, api_key="x", max_retries=0)
-    stream = client.chat.completions.create(model="tiny", messages=HI["messages"], max_tokens=4000, stop=None,
-                                            stream=True)
-    next(iter(stream))  # the role chunk: the stream is running
-    assert fresh_server.get("/admin/models/unload").status == 200
-    with pytest.raises(openai.APIError) as e:
-        for _ in stream:
-            pass
-    assert "unloaded" in str(e.value)
+    stream = client.chat.completions.create(model="tiny", messages=HI["messages"], max_tokens=300, stop=None,
+                                            stream=True, logit_bias={"0": -100}, extra_body={"stop": None})
+    chunks = [next(iter(stream))]  # the role chunk: the stream is running
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        unloading = pool.submit(fresh_server.get, "/admin/models/unload")
+        chunks += list(stream)  # no request is lost: it ends as it would have
+        assert unloading.result(timeout=60).status == 200
+    assert chunks[-1].choices[0].finish_reason == "length"
+    assert fresh_server.get("/v1/models/tiny").json()["status"] == "unloaded"
 
 
 def test_openapi_document_lists_every_route_and_matches_the_responses(server):
@@ -254,7 +275,7 @@ def test_a_load_survives_its_client_disconnecting(fresh_server):
     finally:
         serving.middleware.send = original
     # The HTTP tier knows the model the middleware now holds.
-    assert [m["id"] for m in fresh_server.get("/v1/models").json()["data"]] == ["other"]
+    assert statuses(fresh_server)["other"] == "loaded"
     assert fresh_server.post("/v1/chat/completions", {**HI, "model": "other"}).status == 200
 
 

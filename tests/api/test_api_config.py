@@ -154,8 +154,10 @@ def test_without_a_model_the_server_starts_and_answers_503(tmp_path):
             assert "missing.st" in r.json()["error"]["message"]
         client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
         with pytest.raises(openai.InternalServerError) as e:
-            client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}])
+            client.chat.completions.create(model="missing", messages=[{"role": "user", "content": "hi"}])
         assert e.value.status_code == 503
+        with pytest.raises(openai.NotFoundError):  # a name no model answers to
+            client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}])
         # A model appears later (as through the admin route): requests are served.
         write_model(tmp_path / "missing.st")
         server.call(server.serving.load(server.config.model_spec()))

@@ -126,7 +126,8 @@ def leave_mid_stream(server, request_id: str, events: int) -> None:
     then hands the stream its token before it notices the reset, and the stream writes to a
     closing transport, which happened now and then when the reset came mid-token."""
     body = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": request_id}], "stream": True,
-                       "max_tokens": 4000, "temperature": 1.0, "logit_bias": {"0": -100}}).encode()
+                       "max_tokens": 4000, "temperature": 1.0, "logit_bias": {"0": -100},
+                       "stop": None}).encode()  # no end-of-text, no chat stop string: it runs until it is left
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT)
     try:
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"

@@ -34,6 +34,9 @@ def middleware():
 # and CI run them all. A module's own first test, which starts its shared server, is not
 # counted slow for that.
 SLOW = {
+    "test_unload_releases_memory.py": {
+        'test_unloading_a_gpu_model_frees_its_buffers',
+    },
     "test_serving.py": {
         'test_a_prompt_sharing_part_of_a_long_one_resumes_from_the_deepest_checkpoint',
         'test_a_tokenizer_that_does_not_fit_the_model_is_a_clear_error',

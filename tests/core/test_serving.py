@@ -116,8 +116,9 @@ def test_reload_under_load_ends_running_requests_and_serves_new_ones(middleware,
     running = generate(middleware, PROMPTS[8], max_tokens=100_000)
     while not isinstance(running.next(), TextPiece):
         pass
-    loaded = load(middleware, spec(model_files[1], max_batch=2))
-    assert isinstance(loaded, Loaded) and loaded.info.info.version == "6"
+    # Loaded under the same served name, the new file replaces the model that runs.
+    loaded = load(middleware, spec(model_files[1], max_batch=2, name="a"))
+    assert isinstance(loaded, Loaded) and loaded.info.info.version == "6" and loaded.info.name == "a"
     result = running.wait()
     assert result.failed is not None and result.failed.kind == "unloaded"
     after = generate(middleware, PROMPTS[9], max_tokens=3).wait()
@@ -244,10 +245,11 @@ def test_a_prompt_sharing_part_of_a_long_one_resumes_from_the_deepest_checkpoint
     assert cached % 16 == 0 and shared - 16 < cached <= shared
 
 
-def test_a_tokenizer_that_does_not_fit_the_model_is_a_clear_error(middleware, tmp_path):
+def test_a_tokenizer_that_does_not_fit_the_model_is_refused_at_load(middleware, tmp_path):
     small = tmp_path / "small.st"
     write_safetensors(make_checkpoint("7", n_layer=1, n_embd=64, head_size=32, vocab=300, seed=1), small)
-    load(middleware, spec(str(small)))
-    result = generate(middleware, "Hello world, this needs big token ids", max_tokens=2).wait()
-    assert result.failed is not None and result.failed.kind == "bad_request" and "vocabulary" in result.failed.message
-    assert generate(middleware, "\x01\x02", max_tokens=2).wait().finish == ["length"]  # byte tokens fit
+    refused = load(middleware, spec(str(small)))  # the World vocabulary's ids do not fit 300 rows
+    assert isinstance(refused, Failed) and refused.kind == "load_failed", refused
+    assert "\n" not in refused.message and "small.st" in refused.message and "300" in refused.message
+    assert "does not belong to this model" in refused.message
+    assert generate(middleware, "hello", max_tokens=2).wait().failed.kind == "no_model"

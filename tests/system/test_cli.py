@@ -60,8 +60,10 @@ def test_generate_without_a_runtime_dir_prints_no_driver_noise():
     assert "XDG_RUNTIME_DIR" not in result.stderr
 
 
-def test_a_tokenizer_of_another_model_is_one_line_naming_the_option():
-    result = run("generate", "--model", str(DEMO / "demo.st"), "--max-tokens", "4", "In the beginning")
+def test_a_tokenizer_of_another_model_is_one_line_naming_the_option(tmp_path):
+    alone = tmp_path / "demo.st"  # without demo_vocab.txt beside it: the World vocabulary is used
+    alone.write_bytes((DEMO / "demo.st").read_bytes())
+    result = run("generate", "--model", str(alone), "--max-tokens", "4", "In the beginning")
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert "does not belong to this model" in lines[0] and "--tokenizer" in lines[0]

@@ -21,8 +21,9 @@ from ..body import decode_body
 from ..channel import EventChannel
 from ..errors import ApiError, bad_request, from_failed
 from ..serving import Serving
-from .models import status
-from .types import ReloadRequest, SaveRequest, SaveResponse, ServerStatus
+from ..keep_alive import keep_alive_seconds
+from .models import server_status
+from .types import ReloadRequest, SaveRequest, SaveResponse, ServerStatus, UnloadRequest
 
 
 def inside(root: Path, wanted: str, param: str, *, must_exist: bool = True) -> Path:
@@ -74,6 +75,7 @@ def reload_spec(req: ReloadRequest, serving: Serving) -> ModelSpec:
         quant_type=quant_type,
         quant_head=model.quant_head if req.quant_head is None else req.quant_head,
         max_batch=req.max_batch or config.model.max_batch,
+        max_tokens_limit=config.model.max_tokens_limit,
         token_chunk_size=req.token_chunk_size or config.model.token_chunk_size,
         loras=tuple(LoraSpec(str(inside(root, lora.path, f"lora[{i}].path")), lora.alpha)
                     for i, lora in enumerate(req.lora)),
@@ -89,16 +91,35 @@ def reload_spec(req: ReloadRequest, serving: Serving) -> ModelSpec:
 
 
 async def load(request: web.Request, serving: Serving) -> ServerStatus:
+    """Load a model under its served name (a new name adds a model; a loaded one's old copy
+    serves until the new one is ready); with `model` alone, load a model the server serves."""
     req = await decode_body(request, ReloadRequest, serving.config.listen.max_body_bytes)
     if sum(s.default for s in req.state) > 1:
         raise bad_request("at most one state may have default = true", "state")
-    await serving.load(reload_spec(req, serving))
-    return status(serving, await serving.live_info())
+    if not req.model_path:
+        if not req.model:
+            raise bad_request("name the model to load: 'model' (a served model) or 'model_path' (a file)",
+                              "model_path", code="missing_required_field")
+        entry = serving.pool.find(req.model)
+        await serving.pool.ensure_loaded(entry)
+    else:
+        entry = serving.pool.entry_for(reload_spec(req, serving))
+        await serving.load(entry.served.spec)
+        # As Ai00's load replaces its one model, the file loaded becomes the model that
+        # requests without `model` get (the page's chat among them).
+        serving.pool.make_default(entry)
+    if req.keep_alive is not None:
+        serving.pool.set_keep_alive(entry, keep_alive_seconds(req.keep_alive), admin=True)
+    return await server_status(serving, entry.name)
 
 
 async def unload(request: web.Request, serving: Serving) -> ServerStatus:
-    await serving.unload()
-    return status(serving, None)
+    """Unload one model (`model` in the body or the query) or, named none, every model; each
+    once its running requests have ended."""
+    req = await decode_body(request, UnloadRequest, serving.config.listen.max_body_bytes) \
+        if request.method == "POST" and request.can_read_body else UnloadRequest()
+    await serving.unload(req.model or request.query.get("model"))
+    return await server_status(serving)
 
 
 async def save(request: web.Request, serving: Serving) -> SaveResponse:
@@ -114,10 +135,9 @@ async def save(request: web.Request, serving: Serving) -> SaveResponse:
     root = serving.config.model_dir.resolve()
     target = inside(root, name, "path", must_exist=False)
     check_save_target(target, target.relative_to(root))
-    if serving.model is None:
-        raise serving.unavailable()
+    model = await serving.model_for(req.model)
     channel = EventChannel()
-    serving.middleware.send(Save(str(target), channel.reply(), req.dtype))
+    serving.middleware.send(Save(str(target), channel.reply(), req.dtype, model=model.name))
     event = await channel.first()
     if isinstance(event, Failed):
         # The middleware's reason names no path; the client learns the one it gave.

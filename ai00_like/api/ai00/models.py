@@ -17,9 +17,14 @@ from aiohttp import web
 
 from ...messages import ModelInfoEvent
 from ...rwkv.info import ModelInfo
+from ..pool import PoolEntry
 from ..serving import Serving
+from ..throughput import Throughput
 from ..sse import EventStream
-from .types import Ai00ModelInfo, LoraItem, ModelFile, ReloadInfo, ServerStatus, StateItem, StateRefInfo
+from .types import (
+    Ai00ModelInfo, BudgetStatus, LoraItem, ModelFile, ReloadInfo, ServedModelStatus, ServerStatus, StateItem,
+    StateRefInfo,
+)
 
 STATUS_INTERVAL = 0.5  # seconds between checks of /api/models/state (Ai00 sends every 0.5 s)
 SMALL_FILE = 10 << 20  # files up to this size are hashed whole, larger ones by samples (as Ai00)
@@ -38,12 +43,8 @@ def relative_to(path: str, root: Path) -> str:
         return path
 
 
-def status(serving: Serving, event: ModelInfoEvent | None) -> ServerStatus:
-    loading = Path(serving.loading.path).name if serving.loading is not None else None
-    if event is None:
-        return ServerStatus(loaded=False, loading=loading, last_error=serving.last_error)
-    spec, root = event.spec, serving.config.model_dir
-    reload = ReloadInfo(
+def _reload_info(spec, root: Path) -> ReloadInfo:
+    return ReloadInfo(
         model_path=relative_to(spec.path, root),
         lora=[LoraItem(path=relative_to(lora.path, root), alpha=lora.alpha) for lora in spec.loras],
         state=[StateItem(path=relative_to(s.path, root), name=s.name, id=s.id, default=s.default)
@@ -53,21 +54,59 @@ def status(serving: Serving, event: ModelInfoEvent | None) -> ServerStatus:
         precision=spec.precision, quant=spec.quant, quant_type=spec.quant_type if spec.quant else "none",
         quant_head=spec.quant_head,
     )
+
+
+def _rates(serving: Serving, event: ModelInfoEvent) -> tuple[float, float]:
+    throughput = serving.throughput.setdefault(event.name, Throughput())
+    prompt, generated = throughput.rates(event.counters)
+    return round(prompt, 1), round(generated, 1)
+
+
+def _slot_use(serving: Serving, event: ModelInfoEvent | None) -> dict:
+    """SlotUse's fields of a loaded model (none for one that is not loaded)."""
+    if event is None:
+        return {}
+    prompt_rate, generated_rate = _rates(serving, event)
+    return dict(slots=event.slots, running=event.running, waiting=event.waiting, cache_entries=event.cache_entries,
+                cache_bytes=event.cache_bytes, prompt_tokens_per_second=prompt_rate,
+                generated_tokens_per_second=generated_rate)
+
+
+def _served(serving: Serving, entry: PoolEntry, event: ModelInfoEvent | None) -> ServedModelStatus:
+    fields = _slot_use(serving, event)
+    return ServedModelStatus(
+        id=entry.name, file=relative_to(entry.served.spec.path, serving.config.model_dir), status=entry.status,
+        memory_bytes=entry.memory, keep_alive=entry.keep_alive, idle_since=entry.idle_since(),
+        users=entry.users, loads=entry.loads, last_error=entry.last_error, **fields)
+
+
+async def server_status(serving: Serving, focus: str | None = None) -> ServerStatus:
+    """Every model's state, the budget, and at the top level (as Ai00 has it) the model
+    `focus` (by default the one a request without `model` gets)."""
+    live = {event.name: event for event in await serving.all_info()}
+    pool = serving.pool
+    models = [_served(serving, entry, live.get(entry.name)) for entry in pool.entries.values()]
+    budget = BudgetStatus(memory_bytes=pool.budget, used_bytes=sum(e.memory for e in pool.loaded()),
+                          max_loaded_models=pool.max_models, loaded_models=len(pool.loaded()))
+    loading = Path(serving.loading.path).name if serving.loading is not None else None
+    focus = focus or serving.model_id
+    event = live.get(focus) if focus else None
+    if event is None:
+        return ServerStatus(loaded=False, loading=loading, last_error=serving.last_error, models=models,
+                            budget=budget)
     counters = event.counters
-    prompt_rate, generated_rate = serving.throughput.rates(counters)
     return ServerStatus(
-        loaded=True, loading=loading, last_error=serving.last_error, id=event.name, reload=reload,
+        loaded=True, loading=loading, last_error=serving.last_error, id=event.name,
+        reload=_reload_info(event.spec, serving.config.model_dir),
         model=ai00_info(event.info), states=[StateRefInfo(s.id, s.name, s.default) for s in event.states],
-        slots=event.slots, running=event.running, waiting=event.waiting, cache_entries=event.cache_entries,
-        cache_bytes=event.cache_bytes, prompt_tokens_per_second=round(prompt_rate, 1),
-        generated_tokens_per_second=round(generated_rate, 1), prompt_tokens=counters.prompt_tokens,
+        **_slot_use(serving, event), prompt_tokens=counters.prompt_tokens,
         generated_tokens=counters.generated_tokens, cache_queries=counters.cache_queries,
-        cache_hits=counters.cache_hits, cache_hit_tokens=counters.cache_hit_tokens,
+        cache_hits=counters.cache_hits, cache_hit_tokens=counters.cache_hit_tokens, models=models, budget=budget,
     )
 
 
 async def models_info(request: web.Request, serving: Serving) -> ServerStatus:
-    return status(serving, await serving.live_info())
+    return await server_status(serving)
 
 
 async def models_state(request: web.Request, serving: Serving) -> web.StreamResponse:
@@ -76,7 +115,7 @@ async def models_state(request: web.Request, serving: Serving) -> web.StreamResp
     await out.start()
     last, silent = None, 0.0
     while True:
-        current = msgspec.json.encode(status(serving, await serving.live_info()))
+        current = msgspec.json.encode(await server_status(serving))
         if current != last:
             await out.send_raw(current)
             last, silent = current, 0.0

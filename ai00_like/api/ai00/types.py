@@ -41,7 +41,9 @@ class ReloadRequest(msgspec.Struct, kw_only=True):
     the config's [model] values.
     """
 
-    model_path: str
+    model_path: str = ""  # empty: load `model`, a model the server serves, with its own settings
+    model: str = ""  # ours
+    keep_alive: float | str | None = None  # ours: its idle time from now on (-1 pins it)
     lora: list[LoraItem] = msgspec.field(default_factory=list)
     state: list[StateItem] = msgspec.field(default_factory=list)
     quant: int | None = None
@@ -55,6 +57,12 @@ class ReloadRequest(msgspec.Struct, kw_only=True):
     device: str | None = None  # ours
     thinking: Thinking | None = None  # ours: None, the config's
     reasoning_effort: Effort | None = None  # ours: None, the config's
+
+
+class UnloadRequest(msgspec.Struct, kw_only=True):
+    """Body of POST /admin/models/unload (ours; Ai00's has none): the model to unload."""
+
+    model: str = ""  # empty: every loaded model
 
 
 class ReloadInfo(msgspec.Struct, kw_only=True):
@@ -80,8 +88,44 @@ class StateRefInfo(msgspec.Struct):
     default: bool
 
 
-class ServerStatus(msgspec.Struct, kw_only=True):
-    """GET /api/models/info and each event of /api/models/state."""
+class SlotUse(msgspec.Struct, kw_only=True):
+    """A loaded model's slots and cache now, and its live throughput (over the last few seconds)."""
+
+    slots: int = 0
+    running: int = 0
+    waiting: int = 0
+    cache_entries: int = 0
+    cache_bytes: int = 0
+    prompt_tokens_per_second: float = 0.0
+    generated_tokens_per_second: float = 0.0
+
+
+class ServedModelStatus(SlotUse, kw_only=True):
+    """One model the server can serve, in GET /api/models/info's `models` (ours)."""
+
+    id: str
+    file: str  # relative to the models folder where it is inside it
+    status: Literal["loaded", "loading", "unloaded"]
+    memory_bytes: int  # measured once loaded; an estimate before (0: not known yet)
+    keep_alive: float  # idle seconds before it is unloaded; -1: pinned
+    idle_since: int | None  # Unix time its last request ended; None while one runs or before any
+    users: int  # requests running on it or waiting for its load
+    loads: int = 0
+    last_error: str | None = None
+
+
+class BudgetStatus(msgspec.Struct, kw_only=True):
+    """What loaded models may take ([server] max_loaded_models, memory_budget) and take now."""
+
+    memory_bytes: int | None  # None: no byte cap known
+    used_bytes: int
+    max_loaded_models: int  # 0: no cap
+    loaded_models: int
+
+
+class ServerStatus(SlotUse, kw_only=True):
+    """GET /api/models/info and each event of /api/models/state. The top-level fields
+    describe the model a request without `model` gets (Ai00's one model); `models` every one."""
 
     loaded: bool
     loading: str | None = None  # the file being loaded, if any
@@ -90,19 +134,14 @@ class ServerStatus(msgspec.Struct, kw_only=True):
     reload: ReloadInfo | None = None
     model: Ai00ModelInfo | None = None
     states: list[StateRefInfo] = msgspec.field(default_factory=list)
-    slots: int = 0
-    running: int = 0
-    waiting: int = 0
-    cache_entries: int = 0
-    cache_bytes: int = 0
-    # Ours: live throughput (over the last few seconds) and totals since the model was loaded.
-    prompt_tokens_per_second: float = 0.0
-    generated_tokens_per_second: float = 0.0
+    # Ours: totals since the model was loaded.
     prompt_tokens: int = 0
     generated_tokens: int = 0
     cache_queries: int = 0
     cache_hits: int = 0
     cache_hit_tokens: int = 0
+    models: list[ServedModelStatus] = msgspec.field(default_factory=list)  # ours
+    budget: BudgetStatus | None = None  # ours
 
 
 class ModelFile(msgspec.Struct, kw_only=True):
@@ -119,6 +158,7 @@ class ModelFile(msgspec.Struct, kw_only=True):
 class SaveRequest(msgspec.Struct, kw_only=True):
     path: str | None = None
     model_path: str | None = None
+    model: str | None = None  # ours: which loaded model; absent: the default one
     dtype: Literal["fp16", "fp32", "bf16"] = "fp16"  # ours: storage type of the written weights
 
 

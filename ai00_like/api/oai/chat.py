@@ -75,7 +75,7 @@ async def plan_chat(serving: Serving, req: ChatCompletionRequest, messages: list
     """Prompt, grammar, sampling and limits of a chat request (and of a Responses request
     read as one). `announce_tools=False` leaves the tools out of the prompt (a continued
     conversation that offered them already) while the reply may still call them."""
-    model = serving.require_model(req.model)
+    model = await serving.model_for(req.model, stream=bool(req.stream), keep_alive=req.keep_alive)
     thinking = think_plan(model.spec.thinking, model.spec.reasoning_effort, req.reasoning_effort,
                           enable_thinking(req.chat_template_kwargs))
     structure = await structured_output(req, model, chat=True, opening=thinking.opening)
@@ -84,7 +84,7 @@ async def plan_chat(serving: Serving, req: ChatCompletionRequest, messages: list
     opening = structure.opening or thinking.opening
     rendered = render_chat(with_tools(messages, offered), req.names, req.template, opening=opening,
                            user_suffix="" if structure.opening else thinking.suffix)
-    limit = serving.config.model.max_tokens_limit
+    limit = model.spec.max_tokens_limit
     if req.max_completion_tokens is not None:
         budget = max_tokens(req.max_completion_tokens, DEFAULT_MAX_TOKENS, limit, field="max_completion_tokens",
                             minimum=1)

@@ -28,11 +28,11 @@ async def chooses(request: web.Request, serving: Serving) -> ChoiceList:
         raise bad_request("'choices' must not be empty", "choices")
     if len(req.choices) > MAX_CHOICES:
         raise bad_request(f"'choices' has {len(req.choices)} items; at most {MAX_CHOICES} are allowed", "choices")
-    model = serving.require_model(req.model)
+    model = await serving.model_for(req.model, keep_alive=req.keep_alive)
     initial = requested_state(req.state, model)
     channel = EventChannel()
     serving.middleware.send(Choose(joined(req.input), tuple(req.choices), channel.reply(), calibrate=req.calibrate,
-                                   state=initial))
+                                   state=initial, model=model.name))
     result = await channel.first()
     if isinstance(result, Failed):
         raise from_failed(result, param="state" if initial is not None else None)

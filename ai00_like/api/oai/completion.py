@@ -81,11 +81,11 @@ async def completions(request: web.Request, serving: Serving):
     n = req.n or 1
     _refuse_unsupported(req, n)
     prompts = _prompts(req)
-    budget = max_tokens(req.max_tokens, DEFAULT_MAX_TOKENS, config.model.max_tokens_limit, field="max_tokens",
-                        minimum=0)
     options = sampling_options(req, logprobs=req.logprobs, top_logprobs=None)
     stop = stop_strings(req, ())
-    model = serving.require_model(req.model)
+    model = await serving.model_for(req.model, stream=bool(req.stream), keep_alive=req.keep_alive)
+    budget = max_tokens(req.max_tokens, DEFAULT_MAX_TOKENS, model.spec.max_tokens_limit, field="max_tokens",
+                        minimum=0)
     structure = await structured_output(req, model, chat=False)
     options = msgspec.structs.replace(options, grammar=structure.grammar)
     state = requested_state(req.state, model)
@@ -134,7 +134,7 @@ async def completions(request: web.Request, serving: Serving):
 
 async def _score_prompt(serving: Serving, model, prompt: str, top: int, state) -> LegacyLogprobs:
     channel = EventChannel()
-    serving.middleware.send(ScorePrompt(prompt, channel.reply(), top, state))
+    serving.middleware.send(ScorePrompt(prompt, channel.reply(), top, state, model=model.name))
     event = await channel.first()
     if isinstance(event, Failed):
         raise from_failed(event, "prompt")

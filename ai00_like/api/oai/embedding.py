@@ -41,12 +41,12 @@ def _texts(req: EmbeddingRequest) -> list[str]:
 async def embeddings(request: web.Request, serving: Serving) -> EmbeddingList:
     req = await decode_body(request, EmbeddingRequest, serving.config.listen.max_body_bytes)
     texts = _texts(req)
-    model = serving.require_model(req.model)
+    model = await serving.model_for(req.model, keep_alive=req.keep_alive)
     if req.dimensions is not None and req.dimensions != model.info.n_embd:
         raise bad_request(f"'dimensions' must be {model.info.n_embd} (this model's size) or left out; "
                           "shortened embeddings are not supported", "dimensions")
     channel = EventChannel()
-    serving.middleware.send(Embed(tuple(texts), channel.reply()))
+    serving.middleware.send(Embed(tuple(texts), channel.reply(), model=model.name))
     result = await channel.first()
     if isinstance(result, Failed):
         raise from_failed(result)

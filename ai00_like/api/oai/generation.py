@@ -66,7 +66,7 @@ def max_tokens(value: int | None, default: int, limit: int, *, field: str, minim
         raise bad_request(f"'{field}' must be >= {minimum}, got {value}", field)
     if value > limit:
         raise bad_request(f"'{field}' is too large: {value}; this server allows at most {limit} "
-                          "(config [model] max_tokens_limit)", field)
+                          "(config max_tokens_limit of this model)", field)
     return value
 
 
@@ -109,7 +109,7 @@ class GenerationRun:
                 max_tokens=max_tokens, stop=stop, n=n, state=state, prefix=prefix,
                 model_text=model_text if isinstance(model_text, str) else "",
                 model_counts=model_text if isinstance(model_text, TokenCounts) else None,
-                keep_state=keep_state,
+                keep_state=keep_state, model=model.name,
             ))
 
     @property
@@ -230,7 +230,7 @@ async def run_as_sse(request: web.Request, run: GenerationRun, ping_interval: fl
         # Requests the middleware refuses (no model, bad state) fail within milliseconds:
         # wait that long for a first event so they get a real status code.
         first = await run.next(timeout=min(ping_interval, 0.25))
-        out = EventStream(request)
+        out = EventStream.of(request)  # begun already, with pings, if it waited for its model
         await out.start()
 
         async def items():

@@ -1,29 +1,42 @@
-"""GET models and GET models/{id}: the one loaded model, under its id."""
+"""GET models and GET models/{id}: every model this server can serve, loaded or not.
+
+Clients fill their model pickers from this list (Open WebUI, LibreChat, the agent SDKs), so
+it names every model a request may ask for, with OpenAI's fields and ours: whether it is
+loaded, what it takes, whether it thinks, and its prompt limit.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from aiohttp import web
 
-from ..errors import model_not_found
+from ...loaded import prompt_limit
+from ..pool import PoolEntry
 from ..serving import Serving
 from .types import ModelCard, ModelList
 
 OWNER = "ai00-like"
 
 
-def _card(serving: Serving, model_id: str) -> ModelCard:
-    return ModelCard(id=model_id, created=serving.model_created, owned_by=OWNER)
+def card(entry: PoolEntry) -> ModelCard:
+    served, info = entry.served, entry.info
+    if info is not None:
+        context = prompt_limit(info.spec, info.info)
+    else:
+        context = served.spec.max_prompt_tokens if served.spec.max_prompt_tokens > 0 else None
+    return ModelCard(id=served.name, created=entry.created or entry.file_created(), owned_by=OWNER,
+                     status=entry.status, memory_bytes=entry.memory or None, thinking=served.spec.thinking != "none",
+                     context_length=context, aliases=sorted(served.names() - {served.name}),
+                     keep_alive=entry.keep_alive)
 
 
 async def list_models(request: web.Request, serving: Serving) -> ModelList:
-    # Nothing loaded: an empty list, which clients show as "no models" (not an error).
-    return ModelList(data=[_card(serving, serving.model_id)] if serving.model else [])
+    serving.pool.refresh()
+    # A configured model whose file is not there cannot be picked; it is listed once it is.
+    return ModelList(data=[card(entry) for entry in serving.pool.entries.values()
+                           if entry.info is not None or Path(entry.served.spec.path).is_file()])
 
 
 async def retrieve_model(request: web.Request, serving: Serving) -> ModelCard:
-    wanted = request.match_info["model"]
-    if serving.model is None:
-        raise serving.unavailable()
-    if wanted not in serving.names_of_model():
-        raise model_not_found(wanted, serving.model_id)
-    return _card(serving, serving.model_id)
+    return card(serving.pool.find(request.match_info["model"]))

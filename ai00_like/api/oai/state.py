@@ -103,10 +103,10 @@ def joined(value: str | list[str]) -> str:
 
 async def states(request: web.Request, serving: Serving) -> StateList:
     req = await decode_body(request, StatesRequest, serving.config.listen.max_body_bytes)
-    model = serving.require_model(req.model)
+    model = await serving.model_for(req.model, keep_alive=req.keep_alive)
     initial = requested_state(req.state, model)
     channel = EventChannel()
-    serving.middleware.send(ReadState(joined(req.input), channel.reply(), state=initial))
+    serving.middleware.send(ReadState(joined(req.input), channel.reply(), state=initial, model=model.name))
     result = await channel.first()
     if isinstance(result, Failed):
         raise from_failed(result, param="state" if initial is not None else None)

@@ -28,6 +28,11 @@ ChoiceCount = Annotated[int, msgspec.Meta(ge=1, le=128)]
 TopLogprobs = Annotated[int, msgspec.Meta(ge=0, le=20)]
 
 
+
+# Seconds, or a duration such as "5m" or "1h30m"; -1 (any negative) keeps the model loaded, 0 unloads it
+# once idle (api/keep_alive.py reads it).
+KeepAlive = float | str | None
+
 class ContentPart(msgspec.Struct):
     type: str
     text: str | None = None
@@ -115,6 +120,7 @@ class SamplingFields(msgspec.Struct, kw_only=True):
     """Fields chat and completions share."""
 
     model: str | None = None
+    keep_alive: KeepAlive = None  # ours, as Ollama's: how long the model stays loaded once idle
     max_tokens: int | None = None
     stop: str | list[str] | None | UnsetType = UNSET  # explicit null: no stop strings (Ai00)
     n: ChoiceCount | None = None
@@ -167,6 +173,7 @@ class ChooseRequest(msgspec.Struct, kw_only=True):
     calibrate: bool = False
     state: str | StateRef | None = None
     model: str | None = None
+    keep_alive: KeepAlive = None  # ours, as Ollama's: how long the model stays loaded once idle
 
 
 class StatesRequest(msgspec.Struct, kw_only=True):
@@ -175,12 +182,14 @@ class StatesRequest(msgspec.Struct, kw_only=True):
     input: str | list[str]
     state: str | StateRef | None = None
     model: str | None = None
+    keep_alive: KeepAlive = None  # ours, as Ollama's: how long the model stays loaded once idle
     encoding_format: Literal["float", "base64"] = "float"  # ours, as for embeddings
 
 
 class EmbeddingRequest(msgspec.Struct, kw_only=True):
     input: str | list[Any]
     model: str | None = None
+    keep_alive: KeepAlive = None  # ours, as Ollama's: how long the model stays loaded once idle
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Annotated[int, msgspec.Meta(ge=1)] | None = None
     user: str | None = None
@@ -345,6 +354,13 @@ class ModelCard(msgspec.Struct, kw_only=True):
     object: Literal["model"] = "model"
     created: int
     owned_by: str
+    # Ours: the model's place in this server (api/pool.py).
+    status: Literal["loaded", "loading", "unloaded"] = "loaded"
+    memory_bytes: int | None = None  # weights in their loaded form, slot states and prefix cache; estimated until loaded
+    thinking: bool = False  # a reasoning model
+    context_length: int | None = None  # the longest prompt accepted, in tokens; None: no limit (an RNN has none)
+    aliases: list[str] = msgspec.field(default_factory=list)  # other names requests may use
+    keep_alive: float = -1.0  # idle seconds before it is unloaded; -1: never
 
 
 class ModelList(msgspec.Struct, kw_only=True):

@@ -102,7 +102,11 @@ async def _continuation(serving: Serving, req: CreateResponse, caller: Caller, t
     if not req.previous_response_id:
         raise bad_request("'previous_response_id' is empty; leave it out to start a new conversation",
                           "previous_response_id")
-    model = serving.require_model(req.model)
+    # A conversation continues on the model that made it, unless the request names another.
+    requested = req.model
+    if not requested and (previous := await _ask(_store(serving).get, req.previous_response_id, caller)) is not None:
+        requested = previous.model
+    model = await serving.model_for(requested, stream=bool(req.stream), keep_alive=req.keep_alive)
     return await continuation.find(_store(serving), _ask, req.previous_response_id, caller=caller, model=model,
                                    tools=tools)
 
@@ -170,6 +174,8 @@ async def _open_turn(request: web.Request, serving: Serving, req: CreateResponse
         await _ask(serving.responses.check)
     caller, tools = caller_of(request, serving.config.listen), _encode(req.tools or [])
     cont = await _continuation(serving, req, caller, tools)
+    if cont.previous is not None:
+        chat = msgspec.structs.replace(chat, model=cont.previous.model)
     plan = await plan_chat(serving, chat, messages, announce_tools=cont.announce_tools)
     seed = continuation.penalty_seed(cont.previous, messages, plan.options, plan.model.tokenizer)
     return ResponseTurn(req=req, plan=plan, caller=caller, continuation=cont, seed=seed, items=items, tools=tools)

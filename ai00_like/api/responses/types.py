@@ -13,6 +13,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from ...messages import Effort
+from ..oai.types import KeepAlive
 
 # ---------------------------------------------------------------------------------- requests
 
@@ -49,6 +50,7 @@ class ToolChoiceFunction(msgspec.Struct):
 
 class CreateResponse(msgspec.Struct, kw_only=True):
     model: str | None = None
+    keep_alive: KeepAlive = None  # ours, as chat's
     input: str | list[dict[str, Any]] | None = None
     instructions: str | None = None
     previous_response_id: str | None = None

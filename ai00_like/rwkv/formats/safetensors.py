@@ -4,7 +4,7 @@ web-rwkv layout (rwkv-spec §1.1).
 File format: an 8-byte little-endian header length, a JSON header
 `{name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {str: str}}`, then the
 raw tensor bytes, offsets counted from the end of the header. We parse the header
-ourselves and give every tensor as a read-only view of the mapped file: the `safetensors`
+ourselves (safetensors_header.py) and give every tensor as a read-only view of the mapped file: the `safetensors`
 package's numpy API copies each tensor out of the file, which would hold the weights twice.
 
 Layouts. "official" is what BlinkDL's `.pth` releases hold. "web-rwkv" is what Ai00's
@@ -48,9 +48,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from ..errors import ModelFileError
 from . import (
-    BF16,
     LAYOUTS,
     STORAGE_DTYPES,
     as_float,
@@ -59,13 +57,11 @@ from . import (
     view_of,
 )
 from .prefab import join_quantised, split_quantised
+from .safetensors_header import DTYPES, parse_header, read_safetensors_metadata
 
 LAYOUT_METADATA_KEY = "rwkv_layout"
 
-# U32: the packed words of quantised matrices (prefab.py)
-_DTYPES: dict[str, np.dtype] = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": BF16, "U32": np.dtype("<u4")}
 _WRITE_DTYPES = {"fp32": "F32", "fp16": "F16", "bf16": "BF16"}
-_MAX_HEADER = 100 * 1024 * 1024  # the reference implementation's own limit
 _AI00_SUFFIXES = (".st", ".state", ".lora")
 
 # Official tensors whose last two axes web-rwkv swaps, per model family.
@@ -75,12 +71,6 @@ _TRANSPOSED = {
 }
 _ALWAYS_TRANSPOSED = ("att.time_state",)
 _V7_LORA = ("att.w1", "att.a1", "att.g1", "att.v1")
-
-
-class _Entry(msgspec.Struct):
-    dtype: str
-    shape: list[int]
-    data_offsets: tuple[int, int]
 
 
 class SafetensorsFile(msgspec.Struct):
@@ -96,10 +86,10 @@ class SafetensorsFile(msgspec.Struct):
 def read_safetensors_raw(path: str | Path) -> SafetensorsFile:
     """Every tensor of the file as a read-only view of the mapped file (BF16 kept raw)."""
     mapped = map_file(path)
-    entries, metadata, data_start = _parse_header(path, mapped)
+    entries, metadata, data_start = parse_header(path, mapped)
     tensors = {}
     for name, entry in entries.items():
-        dtype = _DTYPES[entry.dtype]
+        dtype = DTYPES[entry.dtype]
         count = int(np.prod(entry.shape, dtype=np.int64))
         tensors[name] = view_of(mapped, data_start + entry.data_offsets[0], dtype, count).reshape(entry.shape)
     return SafetensorsFile(tensors=tensors, metadata=metadata)
@@ -115,53 +105,6 @@ def read_safetensors(path: str | Path, *, keep_bf16: bool = False) -> tuple[dict
     if not keep_bf16:
         tensors = {name: as_float(arr) for name, arr in tensors.items()}
     return tensors, layout
-
-
-def _parse_header(path, mapped) -> tuple[dict[str, _Entry], dict[str, str], int]:
-    size = len(mapped)
-    if size < 8:
-        raise ModelFileError(path, f"truncated: {size} bytes is too short for a safetensors header")
-    header_len = int.from_bytes(mapped[:8], "little")
-    if mapped[8:9] != b"{":
-        raise ModelFileError(path, "unknown format: neither a PyTorch zip archive nor safetensors")
-    if header_len > size - 8:
-        problem = f"truncated: the header says {header_len} bytes but the file has only {size - 8} after it"
-        raise ModelFileError(path, problem)
-    if header_len > _MAX_HEADER:
-        raise ModelFileError(path, f"corrupt safetensors header: {header_len} bytes is implausibly large")
-    try:
-        header = msgspec.json.decode(mapped[8 : 8 + header_len])
-    except (msgspec.DecodeError, UnicodeDecodeError) as e:
-        raise ModelFileError(path, f"corrupt safetensors header: {e}") from None
-    if not isinstance(header, dict):
-        raise ModelFileError(path, "corrupt safetensors header: not a JSON object")
-    metadata = header.pop("__metadata__", None) or {}
-    if not isinstance(metadata, dict):
-        raise ModelFileError(path, "corrupt safetensors header: __metadata__ is not an object")
-    data_start = 8 + header_len
-    entries = {name: _checked_entry(path, name, value, size - data_start) for name, value in header.items()}
-    return entries, {str(k): str(v) for k, v in metadata.items()}, data_start
-
-
-def _checked_entry(path, name: str, value, data_size: int) -> _Entry:
-    try:
-        entry = msgspec.convert(value, _Entry)
-    except msgspec.ValidationError as e:
-        raise ModelFileError(path, f"corrupt safetensors header: tensor '{name}': {e}") from None
-    if entry.dtype not in _DTYPES:
-        raise ModelFileError(path, f"tensor '{name}' has dtype {entry.dtype}; only F32, F16, BF16 (and U32 in quantised models) are supported")
-    begin, end = entry.data_offsets
-    if any(d < 0 for d in entry.shape) or not 0 <= begin <= end:
-        raise ModelFileError(path, f"corrupt safetensors header: tensor '{name}' has a negative shape or offset")
-    need = int(np.prod(entry.shape, dtype=np.int64)) * _DTYPES[entry.dtype].itemsize
-    if end - begin != need:
-        problem = f"tensor '{name}' spans {end - begin} bytes but its shape {entry.shape} needs {need}"
-        raise ModelFileError(path, f"corrupt safetensors header: {problem}")
-    if end > data_size:
-        raise ModelFileError(
-            path, f"truncated: tensor '{name}' ends at data byte {end} but the file holds only {data_size}"
-        )
-    return entry
 
 
 # --------------------------------------------------------------------------- layouts
@@ -331,6 +274,7 @@ def write_safetensors(
     layout: str = "official",
     dtype: str = "fp16",
     on_tensor: Callable[[str, int], None] | None = None,
+    metadata: Mapping[str, str] | None = None,
 ) -> None:
     """Write official-layout `tensors` as safetensors in `layout` and storage `dtype`.
 
@@ -338,7 +282,9 @@ def write_safetensors(
     with dtype "fp16"). The layout is also recorded in the metadata, which readers use
     when names and shapes leave it open. Tensors are cast and written one at a time;
     `on_tensor(name, nbytes)` is called after each (for progress bars). Quantised matrices
-    are written as they are (prefab.py), in the official layout only.
+    are written as they are (prefab.py), in the official layout only. `metadata` adds
+    string entries to `__metadata__` (e.g. "tokenizer": the vocabulary file beside the
+    model, which tokenizer.find_tokenizer reads); the writer's own keys take precedence.
     """
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r}; expected one of {LAYOUTS}")
@@ -349,7 +295,8 @@ def write_safetensors(
         raise ValueError("a quantised model is written in the official layout only")
     stored = to_web_rwkv(stored) if layout == "web-rwkv" else stored
     itemsize = np.dtype(np.float32 if dtype == "fp32" else np.float16).itemsize
-    header: dict[str, object] = {"__metadata__": {LAYOUT_METADATA_KEY: layout, **quantised}}
+    extra = {str(key): str(value) for key, value in (metadata or {}).items()}
+    header: dict[str, object] = {"__metadata__": {**extra, LAYOUT_METADATA_KEY: layout, **quantised}}
     offset = 0
     for name, arr in stored.items():
         packed = arr.dtype == np.uint32
@@ -382,6 +329,7 @@ __all__ = [
     "detect_layout",
     "model_family",
     "read_safetensors",
+    "read_safetensors_metadata",
     "read_safetensors_raw",
     "to_official",
     "to_web_rwkv",

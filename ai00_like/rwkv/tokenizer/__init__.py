@@ -3,7 +3,8 @@
 Both expose ``encode(text)``, ``encode_bytes(data)``, ``decode_bytes(ids)``, ``decode(ids)``,
 ``token_bytes(id)``, ``vocab_size`` and ``eos_id`` (`byte_vocab.ByteVocab`); `StreamDecoder`
 turns a stream of ids into text without ever splitting a UTF-8 character. See
-docs/background/rwkv-spec.md §8.
+docs/background/rwkv-spec.md §8. `find_tokenizer` finds the vocabulary a model brings
+(beside it or named in its metadata) and `check_vocabulary` refuses one that does not fit.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .byte_vocab import ByteVocab, StreamDecoder
+from .discovery import check_vocabulary, find_tokenizer
 from .errors import TokenizerError
 from .huggingface import HFTokenizer
 from .vocab_files import (
@@ -31,7 +33,9 @@ __all__ = [
     "StreamDecoder",
     "TokenizerError",
     "WorldTokenizer",
+    "check_vocabulary",
     "default_tokenizer_path",
+    "find_tokenizer",
     "load_tokenizer",
     "read_world_vocab",
     "world_vocab_json",
