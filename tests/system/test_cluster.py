@@ -5,6 +5,8 @@ delay; a replica killed with SIGKILL
 costs only the requests running on it, cleanly, and loses no stored response; a replica
 stopped with SIGTERM drains without a 5xx; a replica brought back takes back only its own
 keys. The tests run in file order and share one cluster: the destructive ones come last.
+The first test starts two replicas of its own, serving different models, before the cluster:
+a request naming a model lands on the replica that serves it.
 """
 
 from __future__ import annotations
@@ -119,23 +121,28 @@ class Cluster:
             config += f'[store]\nurl = "{self.store_url}"\nprefix = "cluster:"\nttl = 3600\n'
             (self.folder / name).mkdir(exist_ok=True)
             servers.append(ServerProcess(self.folder / name, config, port=port, env=ONE_THREAD))
-        failed = []
+        start_together(servers, self.stack)
+        self.replicas.update(zip(names, servers))
 
-        def enter(server: ServerProcess) -> None:
-            try:
-                server.__enter__()
-            except BaseException as e:
-                failed.append(e)
 
-        starting = [threading.Thread(target=enter, args=(server,)) for server in servers]
-        for t in starting:
-            t.start()
-        for name, server, t in zip(names, servers, starting):
-            t.join()
-            self.stack.push(server.__exit__)
-            self.replicas[name] = server
-        if failed:
-            raise failed[0]
+def start_together(servers: list[ServerProcess], stack: ExitStack) -> None:
+    """Started side by side (their loads overlap), each stopped when `stack` closes."""
+    failed = []
+
+    def enter(server: ServerProcess) -> None:
+        try:
+            server.__enter__()
+        except BaseException as e:
+            failed.append(e)
+
+    starting = [threading.Thread(target=enter, args=(server,)) for server in servers]
+    for t in starting:
+        t.start()
+    for server, t in zip(servers, starting):
+        t.join()
+        stack.push(server.__exit__)
+    if failed:
+        raise failed[0]
 
 
 @pytest.fixture(scope="module")
@@ -243,6 +250,48 @@ def conversations(client: httpx.Client, tag: str, n: int = 20, turns: int = 5, k
 
 
 # ---------------------------------------------------------------------------------- the tests
+
+
+def test_a_request_goes_to_a_replica_that_serves_its_model(tmp_path):
+    """Two replicas of their own (before the shared cluster starts), each serving one model
+    from its own folder, behind `lb-config --replica URL=MODEL,…`: every request naming a
+    model lands on the replica that serves it, whatever its affinity key; a request without
+    a model still goes to either."""
+    served = {"replica1": ("alpha", "org/alpha:7b"), "replica2": ("beta", "beta-v1.5")}  # file stem, served_name
+    with ExitStack() as stack:
+        replicas = {}
+        for seed, (name, (stem, model)) in enumerate(served.items(), 3):
+            (tmp_path / name).mkdir()
+            write_model(tmp_path / name / f"{stem}.st", seed=seed)
+            config = process_config(tmp_path / name, name=f"{stem}.st", replica=name)
+            config = config.replace("[model]\n", f'[model]\nserved_name = "{model}"\n', 1)
+            replicas[name] = ServerProcess(tmp_path / name, config, env=ONE_THREAD)
+        start_together(list(replicas.values()), stack)
+        for name, (stem, model) in served.items():  # each serves its own model, and only it
+            status, body = replicas[name].get("/v1/models")
+            assert status == 200 and [m["id"] for m in json.loads(body)["data"]] == [model], body
+        port = free_port()
+        lists = [a for name, (stem, model) in served.items()
+                 for a in ("--replica", f"http://127.0.0.1:{replicas[name].port}={model},{stem}")]
+        made = subprocess.run([sys.executable, "-m", "ai00_like", "lb-config", *lists, "--port", str(port), "--bind",
+                               "127.0.0.1", "-o", str(tmp_path / "haproxy.cfg")], capture_output=True, text=True)
+        assert made.returncode == 0, made.stderr
+        balancer = Balancer(tmp_path, (tmp_path / "haproxy.cfg").read_text(), port)
+        stack.callback(balancer.close)
+
+        def where(model: str | None, key: str) -> tuple[int, str]:
+            body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "prompt_cache_key": key}
+            reply = balancer.client.post("/v1/chat/completions", json=body | ({"model": model} if model else {}))
+            return reply.status_code, reply.headers.get("X-Ai00-Replica", "")
+
+        keys = [f"key-{n}" for n in range(8)]
+        assert {where(None, key) for key in keys} == {(200, name) for name in served}  # no model: either
+        for name, (stem, model) in served.items():
+            for key in keys:  # the same keys, that spread over both without a model
+                assert where(model, key) == (200, name), (model, key)
+            assert where(stem, keys[0]) == (200, name)  # another name of the model, listed too
+        status, replica = where("gamma", keys[0])  # a model no replica serves: either, which says so
+        assert status == 404 and replica in served
 
 
 def test_affinity_keeps_a_single_replicas_hit_rate_and_round_robin_does_not(cluster):
