@@ -33,6 +33,11 @@ LONGEST = ["engine/test_file_forms.py", "api/test_fuzz.py", "engine/test_gpu.py"
 
 
 def pytest_collection_modifyitems(config, items):
+    if "open_webui" not in (config.option.markexpr or ""):  # `-m slow` must not take them in either
+        opt_in = [item for item in items if item.get_closest_marker("open_webui") is not None]
+        if opt_in:
+            config.hook.pytest_deselected(items=opt_in)
+            items[:] = [item for item in items if item not in opt_in]
     for item in items:
         if SYSTEM in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.slow)

@@ -161,6 +161,7 @@ class ServedModels:
         else:
             entry.served = replace(entry.served, spec=spec)
         entry.memory = 0 if entry.info is None else entry.memory  # settings may have changed its size
+        entry.keep_alive = entry.served.keep_alive  # pinned again if it was, before another took its place
         return entry
 
     def loaded(self) -> list[PoolEntry]:

@@ -19,7 +19,9 @@ from .types import ModelCard, ModelList
 OWNER = "ai00-like"
 
 
-def card(entry: PoolEntry) -> ModelCard:
+def card(entry: PoolEntry, ids: set[str]) -> ModelCard:
+    """`entry` as a list item; `ids` are every model's id (a name that is another model's id is
+    not an alias of this one, though both are read from one file)."""
     served, info = entry.served, entry.info
     if info is not None:
         context = prompt_limit(info.spec, info.info)
@@ -27,16 +29,17 @@ def card(entry: PoolEntry) -> ModelCard:
         context = served.spec.max_prompt_tokens if served.spec.max_prompt_tokens > 0 else None
     return ModelCard(id=served.name, created=entry.created or entry.file_created(), owned_by=OWNER,
                      status=entry.status, memory_bytes=entry.memory or None, thinking=served.spec.thinking != "none",
-                     context_length=context, aliases=sorted(served.names() - {served.name}),
+                     context_length=context, aliases=sorted(served.names() - ids),
                      keep_alive=entry.keep_alive)
 
 
 async def list_models(request: web.Request, serving: Serving) -> ModelList:
     serving.pool.refresh()
     # A configured model whose file is not there cannot be picked; it is listed once it is.
-    return ModelList(data=[card(entry) for entry in serving.pool.entries.values()
+    entries = serving.pool.entries
+    return ModelList(data=[card(entry, set(entries)) for entry in entries.values()
                            if entry.info is not None or Path(entry.served.spec.path).is_file()])
 
 
 async def retrieve_model(request: web.Request, serving: Serving) -> ModelCard:
-    return card(serving.pool.find(request.match_info["model"]))
+    return card(serving.pool.find(request.match_info["model"]), set(serving.pool.entries))
