@@ -61,6 +61,8 @@ class LoadedModel:
         self.state_files: dict = {}  # (path, mtime) → State, for per-request `.state` files
         self.prompt_limit = prompt_limit(spec, model.info)  # None: no limit
         self.memory_bytes = footprint(model) + spec.cache_bytes  # the cache may grow to its budget
+        adapter = getattr(model, "adapter", None)  # a GPU model's AdapterInfo
+        self.memory_kind = "video" if adapter is not None and adapter.own_memory else "system"
 
     def describe(self) -> ModelInfoEvent:
         cache = self.backend.cache
@@ -68,7 +70,7 @@ class LoadedModel:
             name=self.name, path=self.spec.path, info=self.model.info, spec=self.spec, states=self.spec.states,
             slots=self.model.max_batch, running=self.backend.running, waiting=self.backend.queued,
             cache_entries=len(cache), cache_bytes=cache.bytes, counters=self.backend.counters(), tokenizer=self.tokenizer,
-            identity=self.identity, memory_bytes=self.memory_bytes,
+            identity=self.identity, memory_bytes=self.memory_bytes, memory_kind=self.memory_kind,
         )
 
     def encode(self, text: str) -> tuple[int, ...]:

@@ -219,6 +219,7 @@ class ModelInfoEvent(msgspec.Struct, frozen=True):
     tokenizer: WorldTokenizer | HFTokenizer | None = None  # read-only use: token bytes for logprobs, counts
     identity: str = ""  # the weights by content, not path (identity.py); empty from test builders
     memory_bytes: int = 0  # what it holds: weights in their loaded form, slot states, prefix cache's budget
+    memory_kind: Literal["system", "video"] = "system"  # video: its weights are on a discrete GPU
 
 
 class LoadedModels(msgspec.Struct, frozen=True):

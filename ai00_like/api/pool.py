@@ -28,6 +28,8 @@ from typing import Protocol
 
 from ..config import Config, memory_budget_bytes
 from ..messages import Failed, Load, Loaded, ModelInfoEvent, ModelSpec, Unload
+from ..rwkv.gpu.device import best_adapter
+from ..rwkv.gpu.video_memory import free_video_bytes, memory_of_device
 from ..rwkv.memory import available_bytes, estimated_footprint
 from ..served import PINNED, FolderModels, ServedModel
 from .channel import EventChannel
@@ -52,6 +54,7 @@ class PoolEntry:
     waiting: int = 0  # of them, those waiting for an unload to end (to load it again)
     last_used: float = 0.0  # time.monotonic() when the last lease ended
     memory: int = 0  # measured once loaded; before that, estimated
+    memory_kind: str = "system"  # whose memory it takes: "system", or "video" on a discrete GPU
     created: int = 0  # the file's mtime, as OpenAI's `created`
     loads: int = 0
     last_error: str | None = None
@@ -83,6 +86,43 @@ class PoolEntry:
         if self.users or not self.last_used:
             return None
         return round(time.time() - self.idle_seconds())
+
+
+@dataclass(frozen=True)
+class Limits:
+    """[server] max_loaded_models and memory_budget. A budget in bytes holds every model
+    together, wherever it is; "auto" gives the system's memory and a discrete GPU's each a
+    share of what is free at start (None where it is not known: no byte cap)."""
+
+    max_models: int
+    shared: bool
+    budget: int | None
+    video_budget: int | None
+
+    @classmethod
+    def of(cls, config: Config) -> Limits:
+        explicit = memory_budget_bytes(config.server.memory_budget)
+        if explicit is not None:
+            return cls(config.server.max_loaded_models, True, explicit, None)
+        system = available_bytes()
+        adapter = best_adapter(allow_software=False)
+        video = free_video_bytes(adapter.vendor_id) if adapter is not None and adapter.own_memory else None
+        share = lambda free: None if free is None else int(free * AUTO_SHARE)  # noqa: E731
+        return cls(config.server.max_loaded_models, False, share(system), share(video))
+
+    def cap(self, kind: str) -> int | None:
+        """The bytes models of this memory may take together."""
+        return self.budget if self.shared or kind == "system" else self.video_budget
+
+    def used(self, kind: str, loaded: list[PoolEntry]) -> int:
+        return sum(e.memory for e in loaded if self.shared or e.memory_kind == kind)
+
+    def fit(self, entry: PoolEntry, others: list[PoolEntry]) -> bool:
+        """Whether `entry` fits beside the loaded `others`."""
+        if self.max_models and len(others) + 1 > self.max_models:
+            return False
+        cap = self.cap(entry.memory_kind)
+        return cap is None or self.used(entry.memory_kind, others) + entry.memory <= cap
 
 
 class Sender(Protocol):
@@ -172,11 +212,7 @@ class ModelPool(ServedModels):
     def __init__(self, config: Config, middleware: Sender):
         super().__init__(config)
         self.middleware = middleware
-        self.max_models = config.server.max_loaded_models
-        budget = memory_budget_bytes(config.server.memory_budget)
-        if budget is None and (free := available_bytes()) is not None:
-            budget = int(free * AUTO_SHARE)
-        self.budget = budget  # None: no byte cap known
+        self.limits = Limits.of(config)
         self._room = asyncio.Lock()  # one load (and the evictions before it) at a time
 
     # ------------------------------------------------------------------ leases
@@ -300,6 +336,7 @@ class ModelPool(ServedModels):
                            code="load_failed")
         info = event.info
         entry.info, entry.memory, entry.last_error, entry.loads = info, info.memory_bytes, None, entry.loads + 1
+        entry.memory_kind = info.memory_kind
         entry.last_used = time.monotonic()
         entry.created = _mtime(spec.path)
         log.info("model %s loaded in %.1f s: RWKV v%s, %d layers, %d dims, vocab %d, %d slots, %.0f MiB",
@@ -312,19 +349,16 @@ class ModelPool(ServedModels):
     async def _make_room(self, entry: PoolEntry, spec: ModelSpec) -> None:
         """Unload least recently used idle models until `entry` fits, or raise the 503."""
         if not entry.memory:
-            entry.memory = await asyncio.to_thread(_estimate, spec)
+            entry.memory, entry.memory_kind = await asyncio.to_thread(_estimate, spec)
         while not self._fits(entry):
             victim = min(self._evictable(entry), key=lambda e: e.last_used, default=None)
             if victim is None:
-                raise no_room(entry, self.loaded(), self.max_models, self.budget)
+                raise no_room(entry, self.loaded(), self.limits.max_models, self.limits.cap(entry.memory_kind))
             log.info("unloading %s (idle %.0f s) to make room for %s", victim.name, victim.idle_seconds(), entry.name)
             await self._unload(victim)
 
     def _fits(self, entry: PoolEntry) -> bool:
-        others = [e for e in self.loaded() if e is not entry]
-        if self.max_models and len(others) + 1 > self.max_models:
-            return False
-        return self.budget is None or sum(e.memory for e in others) + entry.memory <= self.budget
+        return self.limits.fit(entry, [e for e in self.loaded() if e is not entry])
 
     def _evictable(self, entry: PoolEntry) -> list[PoolEntry]:
         return [e for e in self.loaded() if e is not entry and e.users == 0 and not e.pinned
@@ -397,12 +431,13 @@ def _loaded(entry: PoolEntry, task: asyncio.Task) -> None:
         task.exception()  # retrieved: a failure was told to every waiter
 
 
-def _estimate(spec: ModelSpec) -> int:
+def _estimate(spec: ModelSpec) -> tuple[int, str]:
+    """(bytes, whose memory) a model will take, before it is loaded."""
     try:
         weights = estimated_footprint(spec.path, spec.precision, spec.quant, spec.quant_type, spec.max_batch)
     except Exception:  # not readable: the load will say why
         weights = 0
-    return weights + spec.cache_bytes
+    return weights + spec.cache_bytes, memory_of_device(spec.device)
 
 
 def _mtime(path: str) -> int:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..config import Config
 from ..hub.jobs import Downloads
-from ..messages import GetInfo, ListLoaded, LoadedModels, ModelInfoEvent, ModelSpec
+from ..messages import ListLoaded, LoadedModels, ModelInfoEvent, ModelSpec
 from ..middleware import Middleware
 from ..response_store import StoreError, open_store
 from .channel import EventChannel
@@ -99,30 +99,12 @@ class Serving:
             return await self.pool.ready(entry)
         return await keep_alive_while(asyncio.ensure_future(self.pool.ready(entry)), self.config.listen.ping_interval)
 
-    async def live_info(self, model: str | None = None) -> ModelInfoEvent | None:
-        """The middleware's current view of one loaded model (slot use, cache size): `model`,
-        or the one a request without a name gets; None when it is not loaded."""
-        name = model if model is not None else self.model_id
-        if name is None:
-            return None
-        channel = EventChannel()
-        self.middleware.send(GetInfo(channel.reply(), model=name))
-        event = await channel.first()
-        return event if isinstance(event, ModelInfoEvent) else None
-
     async def all_info(self) -> tuple[ModelInfoEvent, ...]:
         """Every loaded model's current view."""
         channel = EventChannel()
         self.middleware.send(ListLoaded(channel.reply()))
         event = await channel.first()
         return event.models if isinstance(event, LoadedModels) else ()
-
-    def unavailable(self) -> ApiError:
-        if self.loading is not None:
-            return ApiError(503, f"The model {Path(self.loading.path).name} is still loading; retry shortly.",
-                            code="model_loading", headers={"Retry-After": "2"})
-        detail = f" (last load failed: {self.last_error})" if self.last_error else ""
-        return ApiError(503, f"No model is loaded{detail}.", code="model_not_loaded", headers={"Retry-After": "5"})
 
     # ------------------------------------------------------------------ generations under way
 

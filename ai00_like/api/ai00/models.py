@@ -86,8 +86,11 @@ async def server_status(serving: Serving, focus: str | None = None) -> ServerSta
     live = {event.name: event for event in await serving.all_info()}
     pool = serving.pool
     models = [_served(serving, entry, live.get(entry.name)) for entry in pool.entries.values()]
-    budget = BudgetStatus(memory_bytes=pool.budget, used_bytes=sum(e.memory for e in pool.loaded()),
-                          max_loaded_models=pool.max_models, loaded_models=len(pool.loaded()))
+    limits, loaded = pool.limits, pool.loaded()
+    budget = BudgetStatus(memory_bytes=limits.budget, used_bytes=limits.used("system", loaded),
+                          video_memory_bytes=limits.video_budget,
+                          video_used_bytes=0 if limits.shared else limits.used("video", loaded),
+                          max_loaded_models=limits.max_models, loaded_models=len(loaded))
     loading = Path(serving.loading.path).name if serving.loading is not None else None
     focus = focus or serving.model_id
     event = live.get(focus) if focus else None

@@ -117,8 +117,11 @@ class ServedModelStatus(SlotUse, kw_only=True):
 class BudgetStatus(msgspec.Struct, kw_only=True):
     """What loaded models may take ([server] max_loaded_models, memory_budget) and take now."""
 
-    memory_bytes: int | None  # None: no byte cap known
+    memory_bytes: int | None  # None: no byte cap known; a budget in bytes holds every model, GPU ones too
     used_bytes: int
+    # With "auto", models on a discrete GPU have their own share, of its free memory (None: not known).
+    video_memory_bytes: int | None = None
+    video_used_bytes: int = 0
     max_loaded_models: int  # 0: no cap
     loaded_models: int
 

@@ -23,6 +23,12 @@ class AdapterInfo:
     software: bool
     f16: bool  # shader-f16
     subgroups: bool
+    vendor_id: int = 0  # PCI vendor: 0x10DE NVIDIA, 0x1002 AMD, 0x8086 Intel
+
+    @property
+    def own_memory(self) -> bool:
+        """Whether its buffers live in memory of its own, not in the system's (a discrete GPU)."""
+        return not self.software and self.kind in ("DiscreteGPU", "VirtualGPU")
 
     def describe(self) -> str:
         extras = [x for x, on in (("software", self.software), ("f16", self.f16), ("subgroups", self.subgroups)) if on]
@@ -50,7 +56,7 @@ def _info(index: int, adapter) -> AdapterInfo:
     features = adapter.features
     software = kind == "CPU" or any(s in name.lower() for s in SOFTWARE_NAMES)
     return AdapterInfo(index, name, info.get("backend_type", ""), kind, software,
-                       "shader-f16" in features, "subgroup" in features)
+                       "shader-f16" in features, "subgroup" in features, int(info.get("vendor_id", 0) or 0))
 
 
 def list_adapters() -> list[AdapterInfo]:
