@@ -90,7 +90,8 @@ def test_a_model_loaded_in_a_living_thread_leaves_no_kernel_workers_behind(tmp_p
                          capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr
     before, during = map(int, out.stdout.split())
-    assert during == before
+    # No new workers; fewer is no fault (a busy machine's idle workers may have left meanwhile).
+    assert during <= before
 
 
 def test_free_memory_is_the_smaller_of_the_machine_and_the_containers(tmp_path):
