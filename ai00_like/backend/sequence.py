@@ -20,6 +20,7 @@ class Sequence:
         self.job, self.index = job, index
         self.sampler = job.samplers[index]
         self.prompt = list(job.tokens)
+        self.sampler.read_prompt(self.prompt)  # the repetition penalty's window reaches into it
         self.fed: list[int] = []  # tokens whose effect the slot's state holds
         self.pending: list[int] = []  # tokens to run next
         self.logits: np.ndarray | None = None  # after `fed`, when `pending` is empty

@@ -2,7 +2,8 @@
 
 Per request and step (ai00-reference §3.2, in this order):
 
-1. subtract the request's repetition penalties (Nucleus, Typical);
+1. the multiplicative repetition penalty on the last tokens (any sampler, when asked
+   for), then subtract Ai00's repetition penalties (Nucleus, Typical);
 2. give tokens a grammar mask disallows -inf;
 3. add `logit_bias` (-100 is a ban);
 4. softmax over the whole vocabulary, then the request's algorithm: greedy (argmax) when

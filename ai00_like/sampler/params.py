@@ -21,6 +21,7 @@ from typing import Any, Union
 import msgspec
 
 from .errors import SamplerError
+from .repetition import DEFAULT_REPETITION_WINDOW, WHOLE_SEQUENCE
 
 # 0.5 ** (1 / 200): penalties halve every 200 tokens. Ai00's default, to the digit.
 DEFAULT_PENALTY_DECAY = 0.99654026
@@ -142,6 +143,9 @@ class SamplingOptions(msgspec.Struct, frozen=True):
     * `logprobs` / `top_logprobs` (0-20): report the chosen token's log-probability and the
       `top_logprobs` most likely alternatives.
     * `grammar`: a compiled `grammar.Grammar` the output must follow, or None.
+    * `repetition_penalty` / `repetition_window`: llama.cpp's multiplicative penalty
+      (repetition.py) on the distinct tokens among the last `repetition_window` tokens of
+      the sequence, prompt included (-1: all of it, 0: none). 1.0, the default, is off.
     """
 
     sampler: SamplerParams = msgspec.field(default_factory=Nucleus)
@@ -150,6 +154,8 @@ class SamplingOptions(msgspec.Struct, frozen=True):
     top_logprobs: int = 0
     logprobs: bool = False
     grammar: Any = None
+    repetition_penalty: float = 1.0
+    repetition_window: int = DEFAULT_REPETITION_WINDOW
 
     def __post_init__(self) -> None:
         for token, bias in self.logit_bias.items():
@@ -160,10 +166,21 @@ class SamplingOptions(msgspec.Struct, frozen=True):
                     "logit_bias", f"bias of token {token} must be in [-100, 100], got {bias!r}"
                 )
         _check_within("top_logprobs", self.top_logprobs, 0, MAX_TOP_LOGPROBS)
+        # `not (x > 0)` is also true for NaN.
+        if not (self.repetition_penalty > 0) or math.isinf(self.repetition_penalty):
+            raise SamplerError("repetition_penalty", f"must be a finite number > 0, got {self.repetition_penalty!r}")
+        if not isinstance(self.repetition_window, int) or self.repetition_window < WHOLE_SEQUENCE:
+            raise SamplerError("repetition_window", "must be -1 (the whole sequence), 0 (off) or a token "
+                                                    f"count, got {self.repetition_window!r}")
 
     @property
     def wants_logprobs(self) -> bool:
         return self.logprobs or self.top_logprobs > 0
+
+    @property
+    def penalises_repetition(self) -> bool:
+        """The multiplicative repetition penalty changes anything."""
+        return self.repetition_penalty != 1.0 and self.repetition_window != 0
 
 
 # The flat OpenAI fields that can land on a sampler, in the order they are applied.
@@ -177,6 +194,7 @@ _FLAT_SAMPLER_FIELDS = (
 )
 
 
+# more than 12 parameters: one keyword-only parameter per wire field, which every caller names.
 def options_from_openai(
     *,
     sampler: SamplerParams | None = None,
@@ -190,6 +208,8 @@ def options_from_openai(
     seed: int | None = None,
     logprobs: bool | int | None = None,
     top_logprobs: int | None = None,
+    repetition_penalty: float | None = None,
+    repetition_window: int | None = None,
 ) -> SamplingOptions:
     """Build `SamplingOptions` from an OpenAI-style request that may also carry Ai00's
     tagged `sampler`.
@@ -208,8 +228,9 @@ def options_from_openai(
 
     `logprobs` may be the chat form (bool) or the legacy completions form (an int n, which
     means "log-probabilities with the n best alternatives"); `top_logprobs` > 0 implies
-    `logprobs` (OpenAI would reject it alone; we accept it). Raises `SamplerError` naming the
-    field when a value is out of range.
+    `logprobs` (OpenAI would reject it alone; we accept it). `repetition_penalty` and
+    `repetition_window` apply whatever the sampler (not given: 1.0, which is off, and 64).
+    Raises `SamplerError` naming the field when a value is out of range.
     """
     params = sampler if sampler is not None else Nucleus()
     given = {
@@ -245,6 +266,8 @@ def options_from_openai(
         seed=seed,
         top_logprobs=n_top,
         logprobs=want_logprobs or n_top > 0,
+        repetition_penalty=1.0 if repetition_penalty is None else repetition_penalty,
+        repetition_window=DEFAULT_REPETITION_WINDOW if repetition_window is None else repetition_window,
     )
 
 

@@ -11,6 +11,7 @@ from .errors import SamplerError
 from .fused import MAX_TOP_K
 from .params import MAX_ABS_LOGIT_BIAS, Mirostat, Nucleus, SamplingOptions
 from .penalties import PenaltyState, TokenCounts
+from .repetition import RepetitionPenalty
 
 
 class RequestSampler:
@@ -19,6 +20,8 @@ class RequestSampler:
     * `penalties`: Ai00's decaying repetition penalty (None for Mirostat, or when both
       penalties are 0), started from `model_tokens` (the earlier assistant text, in chat),
       or from a stored conversation's `TokenCounts` of it.
+    * `repetition`: the multiplicative repetition penalty over the last tokens (None when
+      it is off), which reads the prompt's tail through `read_prompt`.
     * its own random generator: seeded from `options.seed` when given, so the request draws
       the same numbers whatever else is in the batch. Each sampled token consumes exactly
       one uniform draw.
@@ -63,6 +66,9 @@ class RequestSampler:
                 vocab_size,
                 model_tokens,
             )
+        self.repetition: RepetitionPenalty | None = None
+        if options.penalises_repetition:
+            self.repetition = RepetitionPenalty(options.repetition_penalty, options.repetition_window, vocab_size)
 
         self._bias_ids, self._bias_values = _bias_arrays(options.logit_bias, vocab_size)
         # The seed material is kept so clones can derive their own streams from it. Without
@@ -79,10 +85,16 @@ class RequestSampler:
         return "greedy" if self.params.is_greedy else type(self.params).__name__
 
     def prepare_logits(self, logits: np.ndarray, out: np.ndarray) -> None:
-        """out = logits - penalties, disallowed tokens -inf, plus logit_bias."""
+        """out = logits, repetition penalised, minus penalties, disallowed tokens -inf, plus
+        logit_bias."""
+        if self.repetition is not None:
+            # llama.cpp's order: the multiplicative penalty, then the additive ones.
+            out[...] = logits
+            self.repetition.apply(out)
+            logits = out
         if self.penalties is not None:
             self.penalties.subtract_from(logits, out)
-        else:
+        elif self.repetition is None:
             out[...] = logits
         if self.allowed is not None:
             if self.allowed.shape != (self.vocab_size,):
@@ -100,8 +112,11 @@ class RequestSampler:
     def fused_top_k(self) -> int:
         """The top_k the compiled sampler (fused.py) runs this row with: 1 for greedy, the
         Nucleus top_k when it is at most fused.MAX_TOP_K; 0 when the row needs the numpy
-        path (another sampler, a mask, a grammar, logit_bias or logprobs)."""
+        path (another sampler, a mask, a grammar, logit_bias, logprobs or the multiplicative
+        repetition penalty)."""
         if self.allowed is not None or self.constraint is not None or self._bias_ids.size:
+            return 0
+        if self.repetition is not None:
             return 0
         if self.options.wants_logprobs:
             return 0
@@ -125,10 +140,19 @@ class RequestSampler:
 
     # ---- public ------------------------------------------------------------------------
 
+    def read_prompt(self, tokens: Sequence[int] | np.ndarray) -> None:
+        """The tokens the model reads before this request's first step: what the
+        multiplicative repetition penalty counts besides the reply (llama.cpp counts the
+        prompt's tail too). Ai00's penalties start from `model_tokens` instead."""
+        if self.repetition is not None:
+            self.repetition.read_prompt(tokens)
+
     def accept(self, token: int) -> None:
         """A token joined the text (sampled, or forced by the caller): update penalties."""
         if self.penalties is not None:
             self.penalties.accept(int(token))
+        if self.repetition is not None:
+            self.repetition.accept(int(token))
         if self.constraint is not None:
             self.constraint.advance(int(token))
 
@@ -149,6 +173,8 @@ class RequestSampler:
         twin.choice_index = index
         if self.penalties is not None:
             twin.penalties = self.penalties.copy()
+        if self.repetition is not None:
+            twin.repetition = self.repetition.copy()
         if self.allowed is not None:
             twin.allowed = self.allowed.copy()
         if self.constraint is not None:
