@@ -144,6 +144,22 @@ class WebSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     open_browser: bool = True  # the double-click start (launcher.py) opens the page
 
 
+class OllamaSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    # "host:port" of a second listener with the same routes, for apps that only know Ollama's
+    # port (11434); empty: none. The Ollama routes answer on [listen]'s port either way.
+    listen: str = ""
+
+    def address(self) -> tuple[str, int] | None:
+        """(host, port) of `listen`, or None when it is empty; ValueError when it is no address."""
+        if not self.listen:
+            return None
+        host, sep, port = self.listen.rpartition(":")
+        host = host.strip("[]")  # "[::1]:11434"
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"must be 'host:port' such as '127.0.0.1:11434'; got {self.listen!r}")
+        return host, int(port)
+
+
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     model: ModelSection = msgspec.field(default_factory=ModelSection)
     models: list[ModelsSection] = msgspec.field(default_factory=list)
@@ -155,6 +171,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     web: WebSection | None = None  # absent: no web page (as in Ai00)
     responses: ResponsesSection = msgspec.field(default_factory=ResponsesSection)
     store: StoreSection = msgspec.field(default_factory=StoreSection)
+    ollama: OllamaSection = msgspec.field(default_factory=OllamaSection)
     # Where relative paths are resolved; not a key of the file.
     base_dir: str = "."
     source: str = "<defaults>"
@@ -288,6 +305,10 @@ def _check(config: Config) -> None:
         raise ConfigError(f"{source}: listen.tls_cert and listen.tls_key: set both (TLS) or neither")
     _check_store_url(source, config.store.url)
     _check_listen(source, config.listen)
+    try:
+        config.ollama.address()
+    except ValueError as e:
+        raise ConfigError(f"{source}: ollama.listen: {e}") from None
 
 
 def _check_states(source: str, where: str, states: list[StateSection]) -> None:

@@ -4,7 +4,9 @@
   /v1/completions, read by bare asyncio protocols that cost as little CPU as a client
   can), against the serving core's own rate for the same load, driven
   through the Middleware directly as tests/support/serving_helpers.py does (target ≥ 90% at 16);
-* the latency the HTTP tier adds to a 1-token request (median over repeats).
+* the latency the HTTP tier adds to a 1-token request (median over repeats);
+* the same chat through Ollama's and Anthropic's routes against OpenAI's (bench/api_surfaces.py:
+  the translations' cost, target within 5%).
 
 The server runs as `ai00-like` in a subprocess (as users run it); the clients and the
 direct measurement run in this process, one after the other, never at the same time.
@@ -37,6 +39,7 @@ from pathlib import Path
 
 import aiohttp
 import record
+from api_surfaces import compare_surfaces, print_surfaces
 
 from ai00_like.messages import (
     Cancel,
@@ -246,6 +249,7 @@ def main() -> None:
                 http_rates[n] = max(http_rates[n], asyncio.run(_http_rate(server.port, n, args.tokens)))
         core_latency = core.one_token_latency(args.repeats)
         http_latency = asyncio.run(_http_latency(server.url, args.repeats))
+        surfaces = compare_surfaces(server.port, path.stem, tokens=args.tokens, repeats=args.repeats)
     finally:
         core.close()
         server.close()
@@ -261,6 +265,8 @@ def main() -> None:
     results["one_token"] = {"http_s": http_latency, "core_s": core_latency, "added_s": added}
     print(f"1-token request: HTTP {http_latency * 1000:.1f} ms, core {core_latency * 1000:.1f} ms, "
           f"added by HTTP {added * 1000:.1f} ms")
+    results["surfaces"] = surfaces
+    print_surfaces(surfaces)
     print(json.dumps(results))
     record.save("http_tier", results, args)
 

@@ -15,7 +15,7 @@ import ssl
 import tempfile
 import zipfile
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import msgspec
@@ -28,7 +28,10 @@ from . import auth, files, logs, operations, site_checks
 from .ai00 import admin, downloads
 from .ai00 import models as ai00_models
 from .ai00 import types as ai00
-from .errors import error_middleware
+from .anthropic import routes as anthropic
+from .errors import ANTHROPIC, OLLAMA, SURFACE, error_middleware
+from .ollama import routes as ollama
+from .ollama_port import mark_ollama_port, ollama_root
 from .oai import chat, choose, completion, embedding, models, state
 from .oai import types as oai
 from .responses import routes as responses
@@ -117,13 +120,15 @@ OPS_ROUTES = [
 def all_routes() -> list[tuple[str, Route]]:
     """(full path, route) for every route the server answers."""
     return [(prefix + r.path, r) for prefix in OPENAI_PREFIXES for r in OPENAI_ROUTES] + \
-        [(r.path, r) for r in AI00_ROUTES + OPS_ROUTES]
+        [(r.path, r) for r in AI00_ROUTES + OPS_ROUTES] + \
+        [(r.path, replace(r, surface=OLLAMA)) for r in ollama.ROUTES] + \
+        [(r.path, replace(r, surface=ANTHROPIC)) for r in anthropic.ROUTES]
 
 
 _json_encode = msgspec.json.Encoder().encode
 
 
-def endpoint(handler: Callable[[web.Request, Serving], Awaitable[object]]):
+def endpoint(handler: Callable[[web.Request, Serving], Awaitable[object]], surface: str):
     async def handle(request: web.Request) -> web.StreamResponse:
         serving = request.app[SERVING]
         REQUEST.set(request)
@@ -138,12 +143,13 @@ def endpoint(handler: Callable[[web.Request, Serving], Awaitable[object]]):
         return web.Response(body=_json_encode(result), content_type="application/json")
 
     handle.__name__ = handler.__name__
+    setattr(handle, SURFACE, surface)  # its errors' envelope, even those raised before it runs (errors.py)
     return handle
 
 
 def add_routes(app: web.Application) -> None:
     for path, route in all_routes():
-        app.router.add_route(route.method, path, endpoint(route.handler))
+        app.router.add_route(route.method, path, endpoint(route.handler, route.surface))
     document = msgspec.json.encode(openapi_document(all_routes()))
 
     async def openapi_json(request: web.Request) -> web.Response:
@@ -208,9 +214,10 @@ def make_app(config: Config, middleware: Middleware) -> web.Application:
     app = web.Application(
         # Host and Origin first: a web page's request is refused before a key check or handler sees it.
         middlewares=[logs.request_log_middleware, error_middleware, site_checks.site_middleware(SERVING),
-                     auth.access_middleware(SERVING)],
+                     ollama_root, auth.access_middleware(SERVING)],
         client_max_size=config.listen.max_body_bytes,
     )
+    mark_ollama_port(app, config.ollama.address())
     app[SERVING] = Serving(config, middleware)
     add_routes(app)
 
@@ -288,8 +295,22 @@ async def start_server(config: Config, middleware: Middleware, *, ip: str | None
     serving.listen_host = host
     scheme = "https" if tls else "http"
     log.info("listening on %s://%s:%s (OpenAI base URL: %s://%s:%s/v1)", scheme, host, bound, scheme, host, bound)
+    await _listen_for_ollama(runner, config, tls)
     load_task = serving.start_configured_load()
     return RunningServer(runner, serving, host, bound, load_task, scheme)
+
+
+async def _listen_for_ollama(runner: web.AppRunner, config: Config, tls: ssl.SSLContext | None) -> None:
+    address = config.ollama.address()
+    if address is None:
+        return
+    try:
+        await web.TCPSite(runner, address[0], address[1], ssl_context=tls).start()
+    except OSError as e:
+        await runner.cleanup()
+        raise ApiStartError(f"{config.source}: ollama.listen: cannot listen on {config.ollama.listen}: "
+                            f"{e.strerror or e}") from None
+    log.info("listening for Ollama's clients on %s://%s", "https" if tls else "http", config.ollama.listen)
 
 
 def tls_context(config: Config) -> ssl.SSLContext | None:

@@ -6,9 +6,11 @@ The site checks (Host, Origin, CORS) run before these, in api/site_checks.py. Th
 * CORS preflights are answered (site_checks.preflight) before any key check: browsers send no
   credentials with them.
 * `[listen] api_keys` set: every route but `/health` and the web page needs
-  `Authorization: Bearer <key>` (the admin key also passes). That includes /metrics and
-  the OpenAPI document. An empty bearer token is no token (config.py refuses empty keys).
-* `/admin/...` (models and files) needs `[listen] admin_key` when it is set (an API key
+  `Authorization: Bearer <key>` or, as Anthropic's clients send it, `x-api-key: <key>`
+  (the admin key also passes). That includes /metrics and the OpenAPI document. An empty
+  token is no token (config.py refuses empty keys).
+* `/admin/...` (models and files) and Ollama's `/api/pull` and `/api/delete` (they too
+  download and delete models) need `[listen] admin_key` when it is set (an API key
   does not pass); with no admin key, an API key when those are set; with neither, the
   routes are open on loopback only (`admin_refusal` below).
 * A missing or wrong key is a 401 in OpenAI's envelope; keys are compared in constant time.
@@ -30,6 +32,8 @@ from .errors import ApiError
 OPEN_PATHS = site_checks.OPEN_PATHS
 WEB_PAGE = web.AppKey("web_page_handler", object)
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+# Ollama's routes that change the models folder: admin routes under another name.
+OLLAMA_ADMIN_PATHS = frozenset({"/api/pull", "/api/delete"})
 
 
 def same_secret(given: str, expected: str) -> bool:
@@ -41,6 +45,15 @@ def bearer(request: web.Request) -> str | None:
     """The bearer token, or None: `Bearer ` with nothing after it is no key at all."""
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     return (given.strip() or None) if scheme.lower() == "bearer" else None
+
+
+def given_key(request: web.Request) -> str | None:
+    """The key a request carries: a bearer token, else Anthropic's `x-api-key` header."""
+    return bearer(request) or request.headers.get("x-api-key", "").strip() or None
+
+
+def is_admin_route(request: web.Request) -> bool:
+    return request.path.startswith("/admin/") or request.path in OLLAMA_ADMIN_PATHS
 
 
 def any_matches(given: str | None, keys) -> bool:
@@ -66,16 +79,18 @@ def is_open(request: web.Request) -> bool:
 def api_key_refusal(request: web.Request, listen) -> ApiError | None:
     if not listen.api_keys or is_open(request):
         return None
-    if any_matches(bearer(request), [*listen.api_keys, *([listen.admin_key] if listen.admin_key else [])]):
+    given = given_key(request)
+    if any_matches(given, [*listen.api_keys, *([listen.admin_key] if listen.admin_key else [])]):
         return None
-    if bearer(request) is None:
-        return unauthorized("Missing API key: send 'Authorization: Bearer <key>' with a key from [listen] api_keys")
+    if given is None:
+        return unauthorized("Missing API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>') with a key "
+                            "from [listen] api_keys")
     return unauthorized("Invalid API key")
 
 
 def admin_key_refusal(request: web.Request, listen) -> ApiError | None:
     """With [listen] admin_key set: only that key (bearer, or Ai00's `?admin_token=`)."""
-    given = bearer(request)
+    given = given_key(request)
     if given is None:
         given = request.query.get("admin_token") or None
     if given is None:
@@ -87,7 +102,7 @@ def admin_key_refusal(request: web.Request, listen) -> ApiError | None:
 
 def media_type_refusal(request: web.Request) -> ApiError | None:
     """Admin bodies in JSON only: a page can send text/plain or a form without a preflight."""
-    if request.method not in BODY_METHODS or not request.path.startswith("/admin/"):
+    if request.method not in BODY_METHODS or not is_admin_route(request):
         return None
     given = request.headers.get("Content-Type")
     if given is None and not request.body_exists:
@@ -105,7 +120,7 @@ def media_type_refusal(request: web.Request) -> ApiError | None:
 
 def refusal(request: web.Request, serving) -> ApiError | None:
     listen = serving.config.listen
-    if request.path.startswith("/admin/"):
+    if is_admin_route(request):
         if listen.admin_key:
             return admin_key_refusal(request, listen)
         if listen.api_keys:

@@ -1,8 +1,13 @@
-"""Errors in OpenAI's envelope: ``{"error": {"message", "type", "param", "code"}}``.
+"""Errors in the envelope of the API a request came through.
 
-Every error a client can meet, including aiohttp's own (unknown route, wrong method, body
-too large) and bugs of ours, leaves the server in this shape with a real status code:
-4xx for the client's mistakes, 5xx only for ours, because the openai SDK retries 5xx.
+OpenAI's routes (and every path of none of the others) answer
+``{"error": {"message", "type", "param", "code"}}``; Ollama's ``{"error": "message"}``;
+Anthropic's ``{"type": "error", "error": {"type", "message"}}``. Every error a client can
+meet, including aiohttp's own (unknown route, wrong method, body too large), the key and
+site checks before a handler, and bugs of ours, leaves the server in its route's shape with
+a real status code: 4xx for the client's mistakes, 5xx only for ours, because the SDKs
+retry 5xx. Handlers raise one `ApiError` whatever their API; the route table tags each
+handler with its API (`SURFACE`), and the middleware here picks the envelope by it.
 """
 
 from __future__ import annotations
@@ -31,6 +36,29 @@ class ErrorEnvelope(msgspec.Struct):
     error: ErrorBody
 
 
+class OllamaError(msgspec.Struct):
+    error: str
+
+
+class AnthropicErrorBody(msgspec.Struct):
+    type: str
+    message: str
+
+
+class AnthropicError(msgspec.Struct):
+    error: AnthropicErrorBody
+    type: str = "error"  # also the name of its event in a stream (sse.EventStream.error)
+
+
+# The APIs a route belongs to: the envelope of its errors.
+OPENAI, OLLAMA, ANTHROPIC = "openai", "ollama", "anthropic"
+
+# Anthropic names its errors by status (its docs' "HTTP errors" table).
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                    429: "rate_limit_error", 503: "overloaded_error", 529: "overloaded_error"}
+
+
 class ApiError(Exception):
     """Raised anywhere in a handler; the error middleware turns it into the envelope."""
 
@@ -41,11 +69,16 @@ class ApiError(Exception):
         self.type = type or _default_type(status)
         self.headers = headers or {}
 
-    def envelope(self) -> ErrorEnvelope:
+    def envelope(self, surface: str = OPENAI) -> msgspec.Struct:
+        if surface == OLLAMA:
+            return OllamaError(self.message)
+        if surface == ANTHROPIC:
+            kind = _ANTHROPIC_TYPES.get(self.status) or ("api_error" if self.status >= 500 else "invalid_request_error")
+            return AnthropicError(AnthropicErrorBody(kind, self.message))
         return ErrorEnvelope(ErrorBody(self.message, self.type, self.param, self.code))
 
-    def response(self) -> web.Response:
-        return web.Response(status=self.status, body=msgspec.json.encode(self.envelope()),
+    def response(self, surface: str = OPENAI) -> web.Response:
+        return web.Response(status=self.status, body=msgspec.json.encode(self.envelope(surface)),
                             content_type="application/json", headers=self.headers)
 
 
@@ -106,16 +139,26 @@ def from_failed(failed: Failed, param: str | None = None) -> ApiError:
 _HTTP_CODES = {404: "unknown_url", 405: "method_not_allowed", 413: "request_too_large"}
 
 
+def surface_of(request: web.Request) -> str:
+    """The API of the route a request matched (api/app.py tags each handler); OpenAI's for
+    paths of no route."""
+    return getattr(request.match_info.handler, SURFACE, OPENAI)
+
+
+SURFACE = "api_surface"  # the handler attribute that names its route's API
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler):
+    surface = surface_of(request)
     try:
         return await handler(request)
     except ApiError as e:
         started = request.get(STARTED)
         if started is not None:  # a stream that began while it waited for its model
-            await started.error(e.envelope())
+            await started.error(e.envelope(surface))
             return started.response
-        return e.response()
+        return e.response(surface)
     except web.HTTPException as e:
         if e.status < 400:
             raise
@@ -123,9 +166,9 @@ async def error_middleware(request: web.Request, handler):
         if e.status == 404:
             message = f"Unknown request URL: {request.method} {request.path}"
         headers = {k: v for k, v in e.headers.items() if k.lower() == "allow"}
-        return ApiError(e.status, message, code=_HTTP_CODES.get(e.status), headers=headers).response()
+        return ApiError(e.status, message, code=_HTTP_CODES.get(e.status), headers=headers).response(surface)
     except Exception as e:
         if isinstance(e, ConnectionError) and client_gone(request):
             raise  # the client left: request_log_middleware logs the 499, quietly
         log.exception("unhandled error in %s %s", request.method, request.path)  # a connection of ours too
-        return ApiError(500, "internal server error (see the server log)").response()
+        return ApiError(500, "internal server error (see the server log)").response(surface)

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from .errors import ErrorEnvelope
+from .errors import ANTHROPIC, OLLAMA, OPENAI, AnthropicError, ErrorEnvelope, OllamaError
 
 OPENAPI_PATH = "/api-docs/openapi.json"
 _PATTERN = re.compile(r"\{(\w+):[^}]*\}")
@@ -29,16 +29,22 @@ class Route:
     summary: str
     body: Any = None  # the request struct, if the route takes a JSON body
     returns: Any = None  # the JSON response type
-    streams: Any = None  # the type of each server-sent event, if the route can stream
+    streams: Any = None  # the type of each server-sent event (Ollama's: each line), if the route can stream
+    surface: str = OPENAI  # the API it belongs to: its errors' envelope (errors.py)
+
+
+# Each API's error body, and how its streams are sent.
+ERROR_TYPES = {OPENAI: ErrorEnvelope, OLLAMA: OllamaError, ANTHROPIC: AnthropicError}
+STREAM_TYPES = {OLLAMA: ("application/x-ndjson", "one JSON object a line; the last has `done: true`"),
+                ANTHROPIC: ("text/event-stream", "each event is `event: <type>` and `data: <json>`")}
+OPENAI_STREAM = ("text/event-stream", "each event is `data: <json>`; OpenAI streams end with `data: [DONE]`")
 
 
 def openapi_document(routes: list[tuple[str, Route]], version: str = "0.1.0") -> dict:
-    types = {t for _, r in routes for t in (r.body, r.returns, r.streams) if t is not None} | {ErrorEnvelope}
+    types = {t for _, r in routes for t in (r.body, r.returns, r.streams) if t is not None} | set(ERROR_TYPES.values())
     types = sorted(types, key=repr)  # stable output
     schemas, components = msgspec.json.schema_components(types, ref_template=REF)
     schema_of = dict(zip(types, schemas))
-    error = {"description": "Error (OpenAI's envelope)",
-             "content": {"application/json": {"schema": schema_of[ErrorEnvelope]}}}
     paths: dict[str, dict] = {}
     for routed_path, route in routes:
         path = _PATTERN.sub(r"{\1}", routed_path)  # aiohttp's {name:regex} → OpenAPI's {name}
@@ -50,11 +56,11 @@ def openapi_document(routes: list[tuple[str, Route]], version: str = "0.1.0") ->
         if route.returns is not None:
             content["application/json"] = {"schema": schema_of[route.returns]}
         if route.streams is not None:
-            content["text/event-stream"] = {
-                "schema": schema_of[route.streams],
-                "description": "each event is `data: <json>`; OpenAI streams end with `data: [DONE]`",
-            }
+            kind, description = STREAM_TYPES.get(route.surface, OPENAI_STREAM)
+            content[kind] = {"schema": schema_of[route.streams], "description": description}
         ok = {"description": "OK"}
+        error = {"description": f"Error ({route.surface}'s envelope)",
+                 "content": {"application/json": {"schema": schema_of[ERROR_TYPES[route.surface]]}}}
         if content:
             ok["content"] = content
         operation["responses"] = {"200": ok, "4XX": error, "5XX": error}
@@ -66,7 +72,7 @@ def openapi_document(routes: list[tuple[str, Route]], version: str = "0.1.0") ->
     return {
         "openapi": "3.1.0",
         "info": {"title": "ai00-like", "version": version,
-                 "description": "OpenAI-compatible and Ai00 routes of a local RWKV server."},
+                 "description": "OpenAI-, Ollama- and Anthropic-compatible and Ai00 routes of a local RWKV server."},
         "paths": paths,
         "components": {"schemas": components},
     }

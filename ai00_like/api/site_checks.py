@@ -43,8 +43,8 @@ OPEN_PATHS = frozenset({"/health"})  # answered whatever the Host: load balancer
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")  # the names the server's own page may have
 DEFAULT_PORTS = {"http": 80, "https": 443}
 ALLOWED_HEADERS = frozenset({"authorization", "content-type", "accept", "x-request-id", "cache-control",
-                             "last-event-id"})
-ALLOWED_HEADER_PREFIXES = ("x-stainless-", "openai-")
+                             "last-event-id", "x-api-key"})
+ALLOWED_HEADER_PREFIXES = ("x-stainless-", "openai-", "anthropic-")
 EXPOSED_HEADERS = "X-Request-Id, Retry-After"
 
 
@@ -181,7 +181,7 @@ def allowed_request_headers(requested: str) -> str:
 
 
 def preflight(request: web.Request, origins: list[str]) -> web.Response:
-    headers = {"Access-Control-Allow-Methods": "GET, POST, OPTIONS", "Access-Control-Max-Age": "86400",
+    headers = {"Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS", "Access-Control-Max-Age": "86400",
                "Vary": "Origin"}
     origin = allowed_origin(request, origins)
     if origin is None:  # a preflight without Origin: not from a browser

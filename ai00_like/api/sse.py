@@ -69,7 +69,11 @@ class EventStream:
         await self.response.write_eof()
 
     async def error(self, envelope: msgspec.Struct) -> None:
-        await self.send(envelope)
+        """The error that ends the stream: Anthropic's is a named event, OpenAI's plain data."""
+        if getattr(envelope, "type", None) == "error":
+            await self.send_typed(envelope)
+        else:
+            await self.send(envelope)
         await self.response.write_eof()
 
 

@@ -28,9 +28,10 @@ from ai00_like.api.openapi import OPENAPI_PATH
 MAX_EXAMPLES = 200  # per route, in the fuzzing phase; the examples and coverage phases add their own
 MIN_PER_ROUTE = MAX_EXAMPLES  # requests every route with parameters or a body must have had
 # Not fuzzed: the other OpenAI prefixes (the same handlers as /v1), the status stream (an
-# SSE stream that never ends by design), unload (every later request would rightly get 503)
-# and save (each valid name writes a copy of the model to disk).
-EXCLUDED = r"^/api/oai/|^/api/models/state$|^/admin/models/(unload|save)$"
+# SSE stream that never ends by design), unload (every later request would rightly get 503),
+# save (each valid name writes a copy of the model to disk) and Ollama's delete (it deletes
+# model files).
+EXCLUDED = r"^/api/oai/|^/api/models/state$|^/admin/models/(unload|save)$|^/api/delete$"
 # Fuzzed afterwards, one request at a time: a successful load replaces the model, and a
 # request running on the old one meanwhile is ended with a 503 ("the model was replaced"),
 # as documented. The model routes beside it answer with the file name that schemathesis

@@ -163,7 +163,8 @@ def import_depth(graph: dict[str, set[str]]) -> list[str]:
 
 # Each import a module needs above it is a layer that a change there reaches through: this
 # keeps the chain from growing unnoticed. Lower it when a refactoring shortens the chain.
-MAX_IMPORT_DEPTH = 20
+# 21: Ollama's and Anthropic's routes are translations onto chat's planning, one layer above it.
+MAX_IMPORT_DEPTH = 21
 
 
 def test_the_import_graph_stays_shallow():

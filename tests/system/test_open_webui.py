@@ -1,6 +1,8 @@
 """Open WebUI in front of the server, driven in Debian's Chromium through Playwright as a
-person uses it: its model picker lists every model the server serves (GET /v1/models), and
-a chat with each one answers (its `model` field picks the model; one not loaded yet is
+person uses it, through each of its two kinds of connection: OpenAI's (GET /v1/models,
+POST /v1/chat/completions) and Ollama's, its default (`OLLAMA_BASE_URL`: GET /api/tags,
+POST /api/chat streamed as NDJSON). Its model picker lists every model the server serves,
+and a chat with each one answers (its `model` field picks the model; one not loaded yet is
 loaded by that request).
 
 Opt-in (marked `open_webui`; the default run leaves it out): Open WebUI is a large install
@@ -78,18 +80,25 @@ def server(tmp_path_factory):
         yield s
 
 
-def open_webui_env(data_dir: Path, server_port: int) -> dict[str, str]:
-    """Our server as Open WebUI's one connection; no logins, no Ollama, nothing fetched from
-    outside (no embedding model, no update check, no telemetry), no extra task requests
-    (titles, tags, follow-ups), and the configuration from these variables alone."""
+def connection(kind: str, server_port: int) -> dict[str, str]:
+    """Our server as Open WebUI's one connection, of that kind."""
+    if kind == "ollama":
+        return {"OLLAMA_BASE_URL": f"http://127.0.0.1:{server_port}", "ENABLE_OLLAMA_API": "true",
+                "ENABLE_OPENAI_API": "false"}
+    return {"OPENAI_API_BASE_URL": f"http://127.0.0.1:{server_port}/v1", "OPENAI_API_KEY": "unused",
+            "ENABLE_OPENAI_API": "true", "ENABLE_OLLAMA_API": "false"}
+
+
+def open_webui_env(data_dir: Path, server_port: int, kind: str) -> dict[str, str]:
+    """Our server as Open WebUI's one connection; no logins, nothing fetched from outside
+    (no embedding model, no update check, no telemetry), no extra task requests (titles,
+    tags, follow-ups), and the configuration from these variables alone."""
     return {
         **os.environ,
         "DATA_DIR": str(data_dir),
         "WEBUI_AUTH": "false",
         "WEBUI_SECRET_KEY": "open-webui-test-secret",
-        "OPENAI_API_BASE_URL": f"http://127.0.0.1:{server_port}/v1",
-        "OPENAI_API_KEY": "unused",
-        "ENABLE_OLLAMA_API": "false",
+        **connection(kind, server_port),
         "ENABLE_PERSISTENT_CONFIG": "false",
         "OFFLINE_MODE": "true",
         "HF_HUB_OFFLINE": "1",
@@ -109,9 +118,10 @@ def open_webui_env(data_dir: Path, server_port: int) -> dict[str, str]:
     }
 
 
-@pytest.fixture(scope="module")
-def open_webui(server, tmp_path_factory):
-    """Open WebUI (`open-webui serve`) on a free loopback port: its base URL."""
+@pytest.fixture(scope="module", params=["openai", "ollama"])
+def open_webui(server, tmp_path_factory, request):
+    """Open WebUI (`open-webui serve`) on a free loopback port, connected to our server as to
+    OpenAI, then as to Ollama: its base URL."""
     assert OPEN_WEBUI.exists(), (f"Open WebUI is not installed at {VENV} (scripts/open_webui_env.sh installs it; "
                                  "OPEN_WEBUI_VENV names another virtualenv)")
     folder = tmp_path_factory.mktemp("open-webui")
@@ -119,7 +129,7 @@ def open_webui(server, tmp_path_factory):
     log = folder / "open-webui.log"
     with log.open("w") as out:
         proc = subprocess.Popen([str(OPEN_WEBUI), "serve", "--host", "127.0.0.1", "--port", str(port)],
-                                cwd=folder, env=open_webui_env(folder / "data", server.port),
+                                cwd=folder, env=open_webui_env(folder / "data", server.port, request.param),
                                 stdout=out, stderr=subprocess.STDOUT)
     try:
         started = time.monotonic()

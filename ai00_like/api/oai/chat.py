@@ -71,10 +71,12 @@ class ChatPlan:
 
 
 async def plan_chat(serving: Serving, req: ChatCompletionRequest, messages: list, *,
-                    announce_tools: bool = True) -> ChatPlan:
-    """Prompt, grammar, sampling and limits of a chat request (and of a Responses request
-    read as one). `announce_tools=False` leaves the tools out of the prompt (a continued
-    conversation that offered them already) while the reply may still call them."""
+                    announce_tools: bool = True, stop_sequences: tuple[str, ...] = ()) -> ChatPlan:
+    """Prompt, grammar, sampling and limits of a chat request (and of a Responses or
+    Messages request read as one). `announce_tools=False` leaves the tools out of the prompt
+    (a continued conversation that offered them already) while the reply may still call
+    them. `stop_sequences` end the reply besides the turn's own end (Anthropic's, which add
+    to it where OpenAI's `stop` replaces it)."""
     model = await serving.model_for(req.model, stream=bool(req.stream), keep_alive=req.keep_alive)
     thinking = think_plan(model.spec.thinking, model.spec.reasoning_effort, req.reasoning_effort,
                           enable_thinking(req.chat_template_kwargs))
@@ -93,6 +95,7 @@ async def plan_chat(serving: Serving, req: ChatCompletionRequest, messages: list
     options = sampling_options(req, logprobs=req.logprobs, top_logprobs=req.top_logprobs)
     # A grammar says where the reply ends; the blank line that ends a chat turn is not needed.
     stop = stop_strings(req, DEFAULT_CHAT_STOP if structure.free_text else ())
+    stop += tuple(s for s in stop_sequences if s and s not in stop)
     options = msgspec.structs.replace(options, grammar=structure.grammar)
     check_logit_bias(options, model.info.vocab)
     return ChatPlan(model, rendered, opening, structure, options, budget, stop)

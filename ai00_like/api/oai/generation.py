@@ -19,7 +19,7 @@ from aiohttp import web
 from ...messages import Cancel, Failed, Finished, Generate, ModelInfoEvent, Started, TextPiece
 from ...sampler import SamplerError, SamplingOptions, TokenCounts, options_from_openai
 from ..channel import EventChannel
-from ..errors import ApiError, bad_request, from_failed
+from ..errors import ApiError, bad_request, from_failed, surface_of
 from ..metrics import RequestObserver
 from ..serving import Serving
 from ..sse import EventStream
@@ -35,7 +35,8 @@ def sampling_options(req: SamplingFields, *, logprobs: bool | int | None, top_lo
             temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
             presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
             penalty_decay=req.penalty_decay, logit_bias=req.logit_bias or req.bias, seed=req.seed,
-            logprobs=logprobs, top_logprobs=top_logprobs,
+            logprobs=logprobs, top_logprobs=top_logprobs, repetition_penalty=req.repetition_penalty,
+            repetition_window=req.repetition_window,
         )
     except SamplerError as e:
         raise bad_request(str(e), e.field) from None
@@ -221,16 +222,18 @@ class StreamFormat:
         raise NotImplementedError
 
 
-async def run_as_sse(request: web.Request, run: GenerationRun, ping_interval: float, write) -> web.StreamResponse:
+async def run_as_sse(request: web.Request, run: GenerationRun, ping_interval: float, write, *,
+                     opener=EventStream.of) -> web.StreamResponse:
     """Send the run as server-sent events, written by `await write(out, items)` where `items`
     yields each (choice index, event) as it comes (and pings through silences). Errors before
-    the first byte are plain HTTP errors; after it, an error event."""
+    the first byte are plain HTTP errors; after it, an error event. `opener(request)` makes
+    the stream: another kind with EventStream's methods (Ollama's NDJSON) is run the same way."""
     out: EventStream | None = None
     try:
         # Requests the middleware refuses (no model, bad state) fail within milliseconds:
         # wait that long for a first event so they get a real status code.
         first = await run.next(timeout=min(ping_interval, 0.25))
-        out = EventStream.of(request)  # begun already, with pings, if it waited for its model
+        out = opener(request)  # begun already, with pings, if it waited for its model
         await out.start()
 
         async def items():
@@ -249,7 +252,7 @@ async def run_as_sse(request: web.Request, run: GenerationRun, ping_interval: fl
     except ApiError as e:
         if out is None:
             raise
-        await out.error(e.envelope())
+        await out.error(e.envelope(surface_of(request)))
         return out.response
     finally:
         run.close()

@@ -12,11 +12,11 @@ from __future__ import annotations
 from aiohttp import web
 
 from ...response_store import Caller, key_owner
-from ..auth import bearer, same_secret
+from ..auth import given_key, same_secret
 
 
 def caller_of(request: web.Request, listen) -> Caller:
-    given = bearer(request)
+    given = given_key(request)
     if not given:
         return Caller()
     if listen.admin_key and same_secret(given, listen.admin_key):
