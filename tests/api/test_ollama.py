@@ -231,7 +231,7 @@ def test_bad_generate_requests_and_unsupported_routes(server, client):
         assert raw.status == 400 and names in raw.json()["error"]
     for path in ("/api/create", "/api/copy", "/api/push"):
         raw = server.post(path, {"model": "demo"})
-        assert raw.status == 501 and "not supported" in raw.json()["error"]
+        assert raw.status == 400 and "not supported" in raw.json()["error"]
     with pytest.raises(ollama.ResponseError) as refused:
         client.chat("demo", messages=[{"role": "user", "content": "hi"}], options={"top_k": "many"})
     assert refused.value.status_code == 400 and "options.top_k" in refused.value.error

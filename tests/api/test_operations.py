@@ -20,6 +20,7 @@ from api_helpers import SCHEMAS, TIMEOUT, ServerThread, config_for, write_model
 from process_helpers import ServerProcess, parse_metrics, process_config
 
 from ai00_like.api.app import all_routes
+from ai00_like.api.auth import OLLAMA_ADMIN_PATHS
 from ai00_like.api.openapi import OPENAPI_PATH
 from ai00_like.cli import main
 from ai00_like.loaded import build
@@ -138,12 +139,23 @@ def _concrete(path: str) -> str:
 
 
 def _every_protected_route():
-    routes = [(r.method, _concrete(p)) for p, r in all_routes() if p != "/health"]
-    return routes + [("GET", OPENAPI_PATH)]
+    routes = [(r.method, _concrete(p), r.surface) for p, r in all_routes() if p != "/health"]
+    return routes + [("GET", OPENAPI_PATH, "openai")]
 
 
 def _is_admin(path: str) -> bool:
-    return path.startswith("/admin/")
+    return path.startswith("/admin/") or path in OLLAMA_ADMIN_PATHS
+
+
+def _check_refusal(surface: str, body: dict) -> None:
+    """A 401 in the envelope of the route's API."""
+    if surface == "ollama":
+        assert set(body) == {"error"} and "key" in body["error"], body
+    elif surface == "anthropic":
+        assert body["type"] == "error" and body["error"]["type"] == "authentication_error", body
+    else:
+        SCHEMAS.check("ErrorResponse", body)
+        assert body["error"]["code"] == "invalid_api_key"
 
 
 def test_with_keys_set_nothing_but_health_and_the_page_answers_without_one(model_dir, tmp_path):
@@ -158,19 +170,23 @@ def test_with_keys_set_nothing_but_health_and_the_page_answers_without_one(model
         assert page.status == 200 and b"page" in page.body
         routes = _every_protected_route()
         assert len(routes) > 30
-        for method, path in routes:
+        for method, path, surface in routes:
             for headers in ({}, {"Authorization": "Bearer sk-wrong"}, {"Authorization": "Basic sk-user"},
-                            {"Authorization": "Bearer sk-user"} if _is_admin(path) else {"X-Api-Key": "sk-user"}):
+                            {"X-Api-Key": "sk-wrong"},
+                            {"Authorization": "Bearer sk-user"} if _is_admin(path) else {"X-Api-Key": ""}):
                 r = server.request(method, path, {} if method == "POST" else None, headers=headers)
                 assert r.status == 401, (method, path, headers, r)
-                SCHEMAS.check("ErrorResponse", r.json())
-                assert r.json()["error"]["code"] == "invalid_api_key"
+                if method != "HEAD":
+                    _check_refusal(surface, r.json())
             key = "sk-admin" if _is_admin(path) else "sk-user"
-            if path.endswith("/unload") or path.startswith("/api/models/state"):
-                continue  # unloading would change what follows; the status stream never ends
+            if path.endswith("/unload") or path.startswith("/api/models/state") or path == "/api/delete":
+                continue  # unloading or deleting would change what follows; the status stream never ends
             r = server.request(method, path, {} if method == "POST" else None,
                                headers={"Authorization": f"Bearer {key}"})
             assert r.status != 401, (method, path, r)
+            if not _is_admin(path):  # Anthropic's clients send the key as x-api-key
+                r = server.request(method, path, {} if method == "POST" else None, headers={"X-Api-Key": key})
+                assert r.status != 401, (method, path, r)
         # The admin key also passes the inference routes.
         assert server.get("/v1/models", headers={"Authorization": "Bearer sk-admin"}).status == 200
         assert server.get("/admin/models/unload?admin_token=sk-admin").status == 200

@@ -86,6 +86,6 @@ async def delete(request: web.Request, serving: Serving) -> web.Response:
 
 
 async def not_supported(request: web.Request, serving: Serving):
-    raise ApiError(501, f"{request.method} {request.path} is not supported by this server: it serves RWKV model "
+    raise ApiError(400, f"{request.method} {request.path} is not supported by this server: it serves RWKV model "
                    "files from its models folder (pull them with /api/pull), and has no Ollama model store to "
                    "create, copy, push or upload blobs to", code="not_supported")

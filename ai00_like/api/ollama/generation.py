@@ -20,8 +20,8 @@ from ..oai.structured import structured_output
 from ..oai.types import ChatCompletionRequest
 from ..serving import Serving
 from .reply import Piece
-from .translate import chat_request, generate_request, as_chat, refuse_unsupported
 from .names import served_name
+from .translate import as_chat, chat_request, generate_request, refuse_unsupported
 from .turn import Clock, Shape, Turn, chat_object, generate_object
 from .types import ChatRequest, GenerateRequest, GenerationFields
 
@@ -79,6 +79,3 @@ async def _load_or_unload(serving: Serving, req: GenerationFields, shape: Shape)
         return shape(entry.name, Piece(), done=True, done_reason="unload")
     model = await serving.model_for(name, stream=False, keep_alive=req.keep_alive)
     return shape(model.name, Piece(), done=True, done_reason="load")
-
-
-

@@ -28,7 +28,7 @@ ROUTES: list[Route] = [
           body=t.PullRequest, returns=t.Status, streams=t.Status),
     Route("DELETE", "/api/delete", admin.delete, "Ollama: delete a model file from the models folder (admin)",
           body=t.ModelRequest),
-    *(Route(method, path, admin.not_supported, "Ollama: not supported by this server (501)")
+    *(Route(method, path, admin.not_supported, "Ollama: not supported by this server (400)")
       for method, path in (("POST", "/api/create"), ("POST", "/api/copy"), ("POST", "/api/push"),
                            ("HEAD", "/api/blobs/{digest}"), ("POST", "/api/blobs/{digest}"))),
 ]

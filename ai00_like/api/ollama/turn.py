@@ -19,6 +19,7 @@ from .ndjson import NdjsonStream
 from .reply import OllamaReply, Piece
 from .types import ChatResponse, GenerateResponse, GenerationFields, MessageOut
 
+
 @dataclass
 class Clock:
     """When each part of a request happened (time.monotonic_ns), for its statistics."""
