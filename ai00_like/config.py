@@ -23,7 +23,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from .messages import Effort, LoraSpec, ModelSpec, StateSpec, Thinking
+from .messages import DiskCacheSpec, Effort, LoraSpec, ModelSpec, StateSpec, Thinking
 from .rwkv import check_device
 from .rwkv.quant import quant_options
 
@@ -139,6 +139,14 @@ class StoreSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 STORE_SCHEMES = ("redis", "rediss")
 
 
+class CacheSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The prefix state cache's disk tier: states that outlive a restart and an unload."""
+
+    enabled: bool = True
+    path: str = "cache"  # its folder, relative to the config file's
+    disk_bytes: int | str = "4 GiB"  # the folder's cap (bytes, or such as "4 GiB"); 0 turns it off
+
+
 class WebSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     path: str = "assets/www"  # a folder, or a .zip unpacked at start (Ai00 ships index.zip)
     open_browser: bool = True  # the double-click start (launcher.py) opens the page
@@ -172,6 +180,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     responses: ResponsesSection = msgspec.field(default_factory=ResponsesSection)
     store: StoreSection = msgspec.field(default_factory=StoreSection)
     ollama: OllamaSection = msgspec.field(default_factory=OllamaSection)
+    cache: CacheSection = msgspec.field(default_factory=CacheSection)
     # Where relative paths are resolved; not a key of the file.
     base_dir: str = "."
     source: str = "<defaults>"
@@ -190,6 +199,13 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     def model_file(self) -> Path | None:
         """The configured model file, or None when `[model] name` is empty (start with no model)."""
         return self.model_dir / self.model.name if self.model.name else None
+
+    def disk_cache(self) -> DiskCacheSpec | None:
+        """[cache] as every model's disk tier, or None when it is off."""
+        size = byte_size(self.cache.disk_bytes)
+        if not self.cache.enabled or not size:
+            return None
+        return DiskCacheSpec(str(self.resolve(self.cache.path)), size)
 
     def model_spec(self) -> ModelSpec | None:
         """[model] as a ModelSpec, or None when `[model] name` is empty."""
@@ -223,6 +239,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             thinking=section.thinking,
             reasoning_effort=section.reasoning_effort,
             max_tokens_limit=section.max_tokens_limit,
+            disk_cache=self.disk_cache(),
         )
 
     def _in_folder(self, folder: Path, path: str) -> Path:
@@ -301,6 +318,10 @@ def _check(config: Config) -> None:
         _check_states(source, f"models[{n}].state", section.state)
     _check_served_names(config)
     _check_budget(source, config.server.memory_budget)
+    try:
+        byte_size(config.cache.disk_bytes)
+    except ValueError as e:
+        raise ConfigError(f"{source}: cache.disk_bytes: {e}") from None
     if bool(config.listen.tls_cert) != bool(config.listen.tls_key):
         raise ConfigError(f"{source}: listen.tls_cert and listen.tls_key: set both (TLS) or neither")
     _check_store_url(source, config.store.url)
@@ -357,13 +378,19 @@ def _check_served_names(config: Config) -> None:
 
 def memory_budget_bytes(value: int | str) -> int | None:
     """[server] memory_budget in bytes, or None for "auto"; raises ValueError on anything else."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return None
+    return byte_size(value, other=' or "auto"')
+
+
+def byte_size(value: int | str, *, other: str = "") -> int:
+    """Bytes as a number or such as "8 GiB", "512 MiB"; ValueError on anything else (its
+    message names the `other` values the key takes too)."""
     if isinstance(value, int):
         if value < 0:
-            raise ValueError("must be a number of bytes >= 0 or \"auto\"")
+            raise ValueError(f"must be a number of bytes >= 0{other}")
         return value
     text = value.strip()
-    if text.lower() == "auto":
-        return None
     number = text.rstrip("KMGTiBb ").strip()
     unit = text[len(number):].strip().lower().removesuffix("b").removesuffix("i")
     scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}.get(unit)
@@ -372,7 +399,7 @@ def memory_budget_bytes(value: int | str) -> int | None:
     except ValueError:
         amount = -1.0
     if scale is None or amount < 0:
-        raise ValueError(f"must be bytes (a number, or such as \"8 GiB\") or \"auto\"; got {value!r}")
+        raise ValueError(f"must be bytes (a number, or such as \"8 GiB\"){other}; got {value!r}")
     return int(amount * scale)
 
 

@@ -10,6 +10,7 @@ default one derived from the state's size and the prefix cache's budget) and a r
 from __future__ import annotations
 
 import hashlib
+import logging
 from pathlib import Path
 
 import msgspec
@@ -23,6 +24,9 @@ from .rwkv.quant import head_quantised, quantisation_of
 from .rwkv.state import State
 from .rwkv.tokenizer import check_vocabulary, default_tokenizer_path, find_tokenizer, load_tokenizer
 from .backend.backend import Backend
+from .backend.disk_cache import DiskCache
+
+log = logging.getLogger(__name__)
 
 
 class PromptTooLong(ValueError):
@@ -133,6 +137,29 @@ class LoadedModel:
         return self.state_files[key]
 
 
+def disk_cache_key(spec: ModelSpec, model, identity: str) -> str:
+    """What a state on disk must have been computed with to be used again: the weights by
+    content (identity.weights_identity, so a changed file is another model) and what changes
+    the engine's floats (precision, quantisation, CPU or which GPU), so a hit continues
+    exactly as a cold run of this model would."""
+    adapter = getattr(model, "adapter", None)
+    engine = (f"{type(model).__module__}.{type(model).__name__}|{getattr(adapter, 'name', '')}|{spec.precision}|"
+              f"{spec.quant}|{spec.quant_type}|{spec.quant_head}")
+    return hashlib.sha256(f"{identity}|{engine}".encode()).hexdigest()
+
+
+def open_disk_cache(spec: ModelSpec, model, identity: str) -> DiskCache | None:
+    """The prefix cache's disk tier for this model, or None when it is off or its folder
+    cannot be made (then the model serves with its memory cache, and the log says why)."""
+    if spec.disk_cache is None or spec.disk_cache.max_bytes <= 0:
+        return None
+    try:
+        return DiskCache(spec.disk_cache.path, disk_cache_key(spec, model, identity), spec.disk_cache.max_bytes)
+    except OSError as exc:
+        log.warning("the prefix cache's disk tier is off for %s: %s", Path(spec.path).name, exc)
+        return None
+
+
 def build(spec: ModelSpec, progress=None) -> LoadedModel:
     """Load model, tokenizer and initial states, and start a backend for them.
 
@@ -154,5 +181,5 @@ def build(spec: ModelSpec, progress=None) -> LoadedModel:
     states = {s.id: load_state(s.path, model.info) for s in spec.states}
     identity = weights_identity(spec)
     backend = Backend(model, tokenizer, token_chunk_size=spec.token_chunk_size, cache_bytes=spec.cache_bytes,
-                      checkpoint_interval=spec.checkpoint_interval)
+                      checkpoint_interval=spec.checkpoint_interval, disk=open_disk_cache(spec, model, identity))
     return LoadedModel(spec, model, tokenizer, states, backend, identity=identity)

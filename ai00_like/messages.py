@@ -63,6 +63,13 @@ Thinking = Literal["none", "think", "effort"]
 Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 
 
+class DiskCacheSpec(msgspec.Struct, frozen=True):
+    """The prefix cache's disk tier (`[cache]`): its folder and the folder's cap in bytes."""
+
+    path: str
+    max_bytes: int
+
+
 class ModelSpec(msgspec.Struct, frozen=True):
     """Everything a model load needs (the `[model]`, `[[lora]]`, `[[state]]`, `[tokenizer]` config)."""
 
@@ -85,6 +92,7 @@ class ModelSpec(msgspec.Struct, frozen=True):
     thinking: Thinking = "none"  # a reasoning model: "think" (G1), "effort" (G1 taking effort suffixes)
     reasoning_effort: Effort = "medium"  # its default effort ("none": thinking off unless asked)
     max_tokens_limit: int = 65536  # the largest max_tokens a request may ask for
+    disk_cache: DiskCacheSpec | None = None  # the prefix cache's disk tier; None: memory only
 
 
 class Load(msgspec.Struct, frozen=True):

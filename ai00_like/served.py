@@ -42,8 +42,9 @@ class FolderModels:
     """The model files of the models folder, read again whenever the folder changes (a pull or
     an upload adds files while the server runs); a file is read once per size and mtime."""
 
-    def __init__(self, folder: Path, *, enabled: bool, max_prompt_tokens: int):
+    def __init__(self, folder: Path, *, enabled: bool, max_prompt_tokens: int, disk_cache=None):
         self.folder, self.enabled, self.max_prompt_tokens = folder, enabled, max_prompt_tokens
+        self.disk_cache = disk_cache  # [cache]'s DiskCacheSpec, or None
         self._seen: dict[tuple[str, int, int], bool] = {}  # (path, size, mtime) → is a model
 
     def scan(self, named: set[Path], taken: set[str]) -> list[ServedModel]:
@@ -60,7 +61,7 @@ class FolderModels:
                 taken.add(name)
                 # ModelSpec's defaults are [model]'s.
                 spec = ModelSpec(path=str(path), name=name, models_dir=str(self.folder),
-                                 max_prompt_tokens=self.max_prompt_tokens)
+                                 max_prompt_tokens=self.max_prompt_tokens, disk_cache=self.disk_cache)
                 found.append(ServedModel(name=name, spec=spec, keep_alive=FOLDER_KEEP_ALIVE, origin="folder"))
         return found
 

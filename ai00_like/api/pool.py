@@ -137,7 +137,8 @@ class ServedModels:
 
     def __init__(self, config: Config):
         self.folder = FolderModels(config.model_dir, enabled=config.server.serve_folder,
-                                   max_prompt_tokens=config.listen.max_prompt_tokens)
+                                   max_prompt_tokens=config.listen.max_prompt_tokens,
+                                   disk_cache=config.disk_cache())
         self.entries: dict[str, PoolEntry] = {}
         for served in configured_models(config):
             self.entries[served.name] = PoolEntry(served, served.keep_alive)

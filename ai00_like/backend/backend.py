@@ -5,7 +5,8 @@ decoding slot's next token plus prefill chunks of the others within a `token_chu
 budget, see scheduler.py), run it as one batched forward, sample every slot that got
 logits in one vectorised call, and send each request its text as it is produced
 (sequence.py). Jobs that need no slot run between two steps (queries.py). Nothing
-polls: the thread blocks on its inbox when it has nothing to do.
+polls: the thread blocks on its inbox when it has nothing to do. The prefix cache's disk
+tier reads on a thread of its own and posts what it read into the same inbox.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ..messages import BackendCounters, Failed, Finished, GenerateJob
 from ..rwkv.batch import StepInput
 from ..sampler import sample_batch, warm_up_sampler
 from .queries import Queries
-from .scheduler import Scheduler
+from .scheduler import DiskRead, Scheduler
 from .sequence import Sequence
 from .state_cache import StateCache
 
@@ -29,13 +30,13 @@ _STOP = object()
 
 class Backend:
     def __init__(self, model, tokenizer, *, token_chunk_size: int = 256, cache_bytes: int = 1 << 30,
-                 checkpoint_interval: int = 256, name: str = "backend"):
+                 checkpoint_interval: int = 256, name: str = "backend", disk=None):
         self.model, self.tokenizer = model, tokenizer
-        self.cache = StateCache(cache_bytes)
-        self.scheduler = Scheduler(model, self.cache, token_chunk_size=token_chunk_size,
-                                   checkpoint_interval=checkpoint_interval)
-        self.queries = Queries(model, self.cache, token_chunk_size)
         self.inbox: queue.Queue = queue.Queue()
+        self.cache = StateCache(cache_bytes, disk)  # disk: the cache's disk tier (a DiskCache) or None
+        self.scheduler = Scheduler(model, self.cache, token_chunk_size=token_chunk_size,
+                                   checkpoint_interval=checkpoint_interval, post=self.inbox.put)
+        self.queries = Queries(model, self.cache, token_chunk_size)
         self.steps = self.step_rows = self.step_tokens = 0
         self.prompt_tokens = self.generated_tokens = self.finished = 0
         warm_up_sampler()
@@ -51,6 +52,8 @@ class Backend:
         """End every running and waiting request with `error`, then end the thread."""
         self.inbox.put((_STOP, error))
         self._thread.join()
+        if self.cache.disk is not None:
+            self.cache.disk.close()  # its writes land before a load of the same model reads the folder
 
     @property
     def running(self) -> int:
@@ -98,6 +101,9 @@ class Backend:
                     seq.send(Failed(f"internal error: {exc}", "internal", seq.index))
 
     def _enqueue(self, job) -> None:
+        if isinstance(job, DiskRead):
+            self.scheduler.disk_read(job)
+            return
         if isinstance(job, GenerateJob):
             self.scheduler.waiting.extend(Sequence(job, index) for index in range(len(job.samplers)))
             return

@@ -2,7 +2,9 @@
 
 Admission is first come, first served into free slots, starting from the longest cached
 prefix of each prompt; a prompt that another sequence is computing waits for it instead
-of being computed twice. A step gives every decoding slot its next token and shares the
+of being computed twice. A prompt whose longer prefix is on disk (the cache's disk tier)
+waits the same way, on a reservation that the disk tier's reader thread fills: the other
+slots keep stepping meanwhile. A step gives every decoding slot its next token and shares the
 rest of the `token_chunk_size` budget among prefilling slots.
 """
 
@@ -12,12 +14,24 @@ from collections import deque
 
 from ..messages import Started
 from .sequence import Sequence
-from .state_cache import CacheEntry, StateCache
+from .state_cache import CacheEntry, StateCache, token_key
+
+
+class DiskRead:
+    """What the disk tier's reader thread hands the backend thread: the state and logits of a
+    reserved entry, or None for an entry that turned out gone or damaged."""
+
+    __slots__ = ("entry", "state", "logits")
+
+    def __init__(self, entry: CacheEntry, state, logits):
+        self.entry, self.state, self.logits = entry, state, logits
 
 
 class Scheduler:
-    def __init__(self, model, cache: StateCache, *, token_chunk_size: int, checkpoint_interval: int):
+    def __init__(self, model, cache: StateCache, *, token_chunk_size: int, checkpoint_interval: int,
+                 post=None):
         self.model, self.cache = model, cache
+        self.post = post  # puts a DiskRead into the backend thread's inbox (from the reader thread)
         self.token_chunk_size = max(1, token_chunk_size)
         self.checkpoint_interval = max(1, checkpoint_interval)
         self.slots: list[Sequence | None] = [None] * model.max_batch
@@ -49,7 +63,39 @@ class Scheduler:
             if entry is not None and not entry.ready:
                 entry.waiters.append(seq)  # the same prompt is being computed: wait for it
                 continue
+            if seq.hit is None and self._read_from_disk(seq, entry):
+                continue
             self._place(seq, self.slots.index(None), entry)
+
+    def _read_from_disk(self, seq: Sequence, entry: CacheEntry | None) -> bool:
+        """Start reading a longer prefix of `seq`'s prompt from disk than memory holds, with
+        `seq` waiting on its reservation; False when the disk has none."""
+        disk, partition = self.cache.disk, seq.job.partition
+        if disk is None or self.post is None or seq.disk_checked:
+            return False
+        seq.disk_checked = True  # once: a read that fails leaves it to memory and the model
+        length = disk.find(partition, token_key(seq.prompt), above=entry.length if entry is not None else 0)
+        reservation = self.cache.reserve(partition, seq.prompt[:length]) if length else None
+        if reservation is None:
+            return False
+        reservation.waiters.append(seq)
+        post = self.post
+        disk.load(partition, reservation.key, lambda state, logits: post(DiskRead(reservation, state, logits)))
+        return True
+
+    def disk_read(self, read: DiskRead) -> None:
+        """On the backend thread: fill the reservation with what the disk gave (or drop it)
+        and put its waiters back at the head of the queue, in their order."""
+        entry = read.entry
+        if self.cache.entries.get((entry.partition, entry.key)) is not entry:
+            return  # cleared meanwhile (an unload): its waiters were ended with it
+        if read.state is None:
+            waiters = self.cache.abandon(entry)
+        else:
+            waiters = self.cache.fill(entry, read.state, read.logits)
+            for waiter in waiters:
+                waiter.hit = entry
+        self.waiting.extendleft(reversed(waiters))
 
     def _place(self, seq: Sequence, slot: int, entry: CacheEntry | None) -> None:
         seq.slot = slot

@@ -30,6 +30,7 @@ class Sequence:
         self.text = TextStream(job.stop)
         self.reservation: CacheEntry | None = None  # the prompt entry this sequence computes
         self.hit: CacheEntry | None = None  # set when admitted straight from a filled reservation
+        self.disk_checked = False  # the cache's disk tier was asked for a longer prefix
 
     @property
     def cancelled(self) -> bool:

@@ -9,6 +9,11 @@ budget and evicted least recently used first.
 A prompt that is being computed can be reserved: other requests for the same prompt
 wait for it instead of computing it again (n > 1 choices use this too).
 
+With a disk tier (disk_cache.py), every entry that is filled is also written there (write
+through, on the disk tier's own thread), and an entry whose write was skipped is offered
+again when it is evicted: what leaves memory stays on disk, and a process that ends, even
+without a goodbye, leaves its states behind for the next one.
+
 Only the backend thread touches a cache; other threads read its counters.
 """
 
@@ -35,13 +40,14 @@ class CacheEntry:
         return self.state is not None
 
 
-def _key(tokens: Sequence[int]) -> bytes:
+def token_key(tokens: Sequence[int]) -> bytes:
     return np.asarray(tokens, dtype=np.int32).tobytes()
 
 
 class StateCache:
-    def __init__(self, budget_bytes: int):
+    def __init__(self, budget_bytes: int, disk=None):
         self.budget = budget_bytes
+        self.disk = disk  # a DiskCache (put, find, load), or None: memory only
         self.entries: OrderedDict[tuple[str, bytes], CacheEntry] = OrderedDict()  # oldest use first
         self.lengths: dict[str, Counter] = {}
         self.bytes = 0
@@ -62,7 +68,7 @@ class StateCache:
         lengths = self.lengths.get(partition)
         if not lengths:
             return None
-        key = _key(tokens)
+        key = token_key(tokens)
         for length in sorted(lengths, reverse=True):
             if length > len(tokens):
                 continue
@@ -79,7 +85,7 @@ class StateCache:
 
     def reserve(self, partition: str, tokens: Sequence[int]) -> CacheEntry | None:
         """Mark `tokens` as being computed; None if an entry for them exists already."""
-        key = _key(tokens)
+        key = token_key(tokens)
         if (partition, key) in self.entries:
             return None
         entry = CacheEntry(partition, key, len(tokens))
@@ -91,6 +97,8 @@ class StateCache:
         entry.state, entry.logits = state, None if logits is None else np.array(logits, dtype=np.float32)
         entry.nbytes = state.nbytes + (0 if entry.logits is None else entry.logits.nbytes)
         self.bytes += entry.nbytes
+        if self.disk is not None:
+            self.disk.put(entry.partition, entry.key, state, entry.logits)
         waiters, entry.waiters = entry.waiters, []
         if (entry.partition, entry.key) in self.entries:
             self._evict()
@@ -109,7 +117,7 @@ class StateCache:
         if entry is not None:
             self.fill(entry, state, logits)
         else:  # already there: refresh its place in the LRU order
-            self.entries.move_to_end((partition, _key(tokens)))
+            self.entries.move_to_end((partition, token_key(tokens)))
 
     def clear(self) -> list:
         waiters = [w for e in self.entries.values() for w in e.waiters]
@@ -135,4 +143,6 @@ class StateCache:
             victim = next((e for e in self.entries.values() if e.ready), None)
             if victim is None:
                 return
+            if self.disk is not None:  # a no-op when its write-through went through
+                self.disk.put(victim.partition, victim.key, victim.state, victim.logits)
             self._remove(victim)

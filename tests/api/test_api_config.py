@@ -281,3 +281,27 @@ def test_model_ids_may_contain_slashes(tmp_path):
         client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
         assert client.chat.completions.create(model="RWKV/rwkv-tiny", messages=[{"role": "user", "content": "hi"}],
                                               max_tokens=1).model == "RWKV/rwkv-tiny"
+
+
+def test_the_prefix_cache_on_disk_outlives_a_restart(tmp_path):
+    write_model(tmp_path / "tiny.st")
+    config = config_for(tmp_path, '[cache]\npath = "states"\ndisk_bytes = "64 MiB"\n')  # beside config.toml
+    prompt = "Once upon a time " + " ".join(f"w{i}" for i in range(200))
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": 6, "temperature": 0}
+    replies = []
+    for _ in range(2):  # two servers, one after the other, on the same folder
+        with ServerThread(config) as server:
+            replies.append(msgspec.json.decode(server.post("/v1/completions", body).body))
+    first, second = replies
+    assert first["usage"]["prompt_tokens"] > 400
+    assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == first["usage"]["prompt_tokens"]
+    assert second["choices"][0]["text"] == first["choices"][0]["text"]
+    assert list((tmp_path / "states").glob("*/*.pcs"))
+
+
+def test_cache_disk_bytes_is_checked():
+    assert parse_config('[cache]\ndisk_bytes = "2 GiB"\n').disk_cache().max_bytes == 2 << 30
+    assert parse_config('[cache]\ndisk_bytes = 0\n').disk_cache() is None
+    assert parse_config('[cache]\nenabled = false\n').disk_cache() is None
+    with pytest.raises(ConfigError, match=r"^c.toml: cache.disk_bytes: must be bytes"):
+        parse_config('[cache]\ndisk_bytes = "lots"\n', source="c.toml")

@@ -57,6 +57,8 @@ ping_interval = {ping_interval}
 """
     if "[responses]" not in extra:  # stored responses never land in a shared models folder
         text += f'[responses]\npath = "{tempfile.mkdtemp(prefix="responses-")}"\n'
+    if "[cache]" not in extra:  # nor the prefix cache's disk tier: no test finds another's states
+        text += f'[cache]\npath = "{tempfile.mkdtemp(prefix="prefix-cache-")}"\n'
 
     return parse_config(text, source="test-config.toml", base_dir=directory)
 

@@ -115,6 +115,8 @@ def process_config(directory: Path, *, name: str = "tiny.st", max_batch: int = 4
     return f"""
 [responses]
 path = "{responses}"
+[cache]
+path = "{responses}.cache"
 [model]
 path = "{directory}"
 name = "{name}"

@@ -87,6 +87,7 @@ def reload_spec(req: ReloadRequest, serving: Serving) -> ModelSpec:
         max_prompt_tokens=config.listen.max_prompt_tokens,
         thinking=req.thinking or config.model.thinking,
         reasoning_effort=req.reasoning_effort or config.model.reasoning_effort,
+        disk_cache=config.disk_cache(),
     )
 
 
