@@ -59,6 +59,8 @@ class Scheduler:
     def admit(self) -> None:
         while self.waiting and None in self.slots:
             seq = self.waiting.popleft()
+            if seq.hit is not None:  # from a reservation it waited on: count what lookup did not
+                self.cache.count_hit(seq.hit.length - seq.hit_counted, new=not seq.hit_counted)
             entry = seq.hit or self.cache.lookup(seq.job.partition, seq.prompt)
             if entry is not None and not entry.ready:
                 entry.waiters.append(seq)  # the same prompt is being computed: wait for it
@@ -74,6 +76,7 @@ class Scheduler:
         if disk is None or self.post is None or seq.disk_checked:
             return False
         seq.disk_checked = True  # once: a read that fails leaves it to memory and the model
+        seq.hit_counted = entry.length if entry is not None and entry.ready else 0
         length = disk.find(partition, token_key(seq.prompt), above=entry.length if entry is not None else 0)
         reservation = self.cache.reserve(partition, seq.prompt[:length]) if length else None
         if reservation is None:

@@ -31,6 +31,7 @@ class Sequence:
         self.reservation: CacheEntry | None = None  # the prompt entry this sequence computes
         self.hit: CacheEntry | None = None  # set when admitted straight from a filled reservation
         self.disk_checked = False  # the cache's disk tier was asked for a longer prefix
+        self.hit_counted = 0  # tokens of its prefix that a lookup already counted as a cache hit
 
     @property
     def cancelled(self) -> bool:

@@ -83,6 +83,12 @@ class StateCache:
                 return entry
         return None
 
+    def count_hit(self, tokens: int, *, new: bool) -> None:
+        """A hit that came by a reservation (filled by a computation or the disk tier) rather
+        than by `lookup`: `tokens` more read from the cache, and one more hit if `new`."""
+        self.hits += int(new)
+        self.hit_tokens += tokens
+
     def reserve(self, partition: str, tokens: Sequence[int]) -> CacheEntry | None:
         """Mark `tokens` as being computed; None if an entry for them exists already."""
         key = token_key(tokens)
