@@ -145,6 +145,7 @@ class CacheSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     enabled: bool = True
     path: str = "cache"  # its folder, relative to the config file's
     disk_bytes: int | str = "4 GiB"  # the folder's cap (bytes, or such as "4 GiB"); 0 turns it off
+    min_tokens: Annotated[int, msgspec.Meta(ge=0)] = 256  # shorter prefixes are not kept on disk
 
 
 class WebSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -205,7 +206,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         size = byte_size(self.cache.disk_bytes)
         if not self.cache.enabled or not size:
             return None
-        return DiskCacheSpec(str(self.resolve(self.cache.path)), size)
+        return DiskCacheSpec(str(self.resolve(self.cache.path)), size, self.cache.min_tokens)
 
     def model_spec(self) -> ModelSpec | None:
         """[model] as a ModelSpec, or None when `[model] name` is empty."""

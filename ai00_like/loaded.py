@@ -154,7 +154,8 @@ def open_disk_cache(spec: ModelSpec, model, identity: str) -> DiskCache | None:
     if spec.disk_cache is None or spec.disk_cache.max_bytes <= 0:
         return None
     try:
-        return DiskCache(spec.disk_cache.path, disk_cache_key(spec, model, identity), spec.disk_cache.max_bytes)
+        cache = spec.disk_cache
+        return DiskCache(cache.path, disk_cache_key(spec, model, identity), cache.max_bytes, cache.min_tokens)
     except OSError as exc:
         log.warning("the prefix cache's disk tier is off for %s: %s", Path(spec.path).name, exc)
         return None

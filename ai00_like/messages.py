@@ -64,10 +64,12 @@ Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 
 
 class DiskCacheSpec(msgspec.Struct, frozen=True):
-    """The prefix cache's disk tier (`[cache]`): its folder and the folder's cap in bytes."""
+    """The prefix cache's disk tier (`[cache]`): its folder, the folder's cap in bytes and the
+    shortest prefix it keeps."""
 
     path: str
     max_bytes: int
+    min_tokens: int = 0
 
 
 class ModelSpec(msgspec.Struct, frozen=True):

@@ -82,6 +82,7 @@ class Backend:
                 item = None
             while item is not None:
                 if isinstance(item, tuple) and item[0] is _STOP:
+                    self.cache.spill()  # queued for the disk tier's writer before drain clears it
                     self._fail_all(item[1])
                     return
                 self._enqueue(item)

@@ -1,7 +1,7 @@
 """The prefix cache's disk tier: states that outlive memory, a restart and an unload.
 
 A long prompt's state costs seconds of prefill and a few MiB to keep, so the states the
-memory cache computes are also written to a folder (`[cache] path`), one file per entry,
+memory cache lets go are written to a folder (`[cache] path`), one file per entry,
 and found there again by the next process that serves the same weights.
 
 * Keys: a file's name is the SHA-256 of the model's key (its weights by content and the
@@ -14,6 +14,8 @@ and found there again by the next process that serves the same weights.
   that is checked on every read: a damaged entry is dropped with a warning, never used.
 * The folder's bytes stay under `max_bytes`, least recently used first (a hit touches the
   file's mtime); the cap covers every model's entries in the folder.
+* Entries are written when they leave memory and when the model stops (state_cache.py),
+  never on the step's path; prefixes under `min_tokens` are not written at all.
 * Reads and writes run on worker threads: the backend's step loop never waits for the disk.
 """
 
@@ -41,7 +43,7 @@ MAGIC = b"ai00pc1\n"
 SUFFIX = ".pcs"
 _LENGTH = struct.Struct("<I")
 _DIGEST = 32  # bytes of the payload's SHA-256
-MAX_PENDING_WRITES = 8  # beyond it a write is skipped (eviction offers the entry again)
+MAX_PENDING_WRITES = 8  # beyond it an evicted entry is not written (memory stays bounded)
 STALE_TEMP_SECONDS = 3600  # a temporary file this old was left by a process that died
 
 
@@ -77,8 +79,9 @@ class DiskCache:
     """One model's entries in a cache folder. The backend thread calls find, load and put;
     the worker threads do the reading and writing and call back `done` from there."""
 
-    def __init__(self, root: str | Path, model_key: str, max_bytes: int):
+    def __init__(self, root: str | Path, model_key: str, max_bytes: int, min_tokens: int = 0):
         self.root, self.model_key, self.max_bytes = Path(root), model_key, max_bytes
+        self.min_tokens = min_tokens  # shorter prefixes are cheaper to compute again than to keep
         self.folder = self.root / model_key[:32]
         self.folder.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()  # the index: the backend thread reads it, the workers change it
@@ -118,12 +121,15 @@ class DiskCache:
         digest = self._digest(partition, key)
         self._reader.submit(self._read, digest, len(key) // 4, done)
 
-    def put(self, partition: str, key: bytes, state, logits: np.ndarray | None) -> None:
-        """Write an entry on the writer thread unless it is on disk or being written; skipped
-        while too many writes wait (the caller keeps the state in memory meanwhile)."""
+    def put(self, partition: str, key: bytes, state, logits: np.ndarray | None, *, wait: bool = False) -> None:
+        """Write an entry on the writer thread unless it is shorter than `min_tokens`, on disk
+        or being written. Without `wait` it is skipped while too many writes wait, so that
+        evictions faster than the disk cannot pile states up in memory."""
+        if len(key) // 4 < self.min_tokens:
+            return
         digest = self._digest(partition, key)
         with self._lock:
-            if digest in self._index or digest in self._pending or len(self._pending) >= MAX_PENDING_WRITES:
+            if digest in self._index or digest in self._pending or (not wait and len(self._pending) >= MAX_PENDING_WRITES):
                 return
             self._pending.add(digest)
         self._writer.submit(self._write, digest, len(key) // 4, state, logits)

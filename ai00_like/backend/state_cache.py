@@ -9,10 +9,11 @@ budget and evicted least recently used first.
 A prompt that is being computed can be reserved: other requests for the same prompt
 wait for it instead of computing it again (n > 1 choices use this too).
 
-With a disk tier (disk_cache.py), every entry that is filled is also written there (write
-through, on the disk tier's own thread), and an entry whose write was skipped is offered
-again when it is evicted: what leaves memory stays on disk, and a process that ends, even
-without a goodbye, leaves its states behind for the next one.
+With a disk tier (disk_cache.py), an entry that leaves memory is written there (on the disk
+tier's own thread), and so is every entry still in memory when the model stops (a clean
+stop, an unload or a replacement): a state is written once, when it would otherwise be
+lost, never on the path of a step. A process that dies without stopping loses what only
+its memory held.
 
 Only the backend thread touches a cache; other threads read its counters.
 """
@@ -103,8 +104,6 @@ class StateCache:
         entry.state, entry.logits = state, None if logits is None else np.array(logits, dtype=np.float32)
         entry.nbytes = state.nbytes + (0 if entry.logits is None else entry.logits.nbytes)
         self.bytes += entry.nbytes
-        if self.disk is not None:
-            self.disk.put(entry.partition, entry.key, state, entry.logits)
         waiters, entry.waiters = entry.waiters, []
         if (entry.partition, entry.key) in self.entries:
             self._evict()
@@ -124,6 +123,15 @@ class StateCache:
             self.fill(entry, state, logits)
         else:  # already there: refresh its place in the LRU order
             self.entries.move_to_end((partition, token_key(tokens)))
+
+    def spill(self) -> None:
+        """Hand every ready entry to the disk tier (the model is stopping), least recently used
+        first, so that the files' ages keep the memory's order for the cap."""
+        if self.disk is None:
+            return
+        for entry in list(self.entries.values()):
+            if entry.ready:
+                self.disk.put(entry.partition, entry.key, entry.state, entry.logits, wait=True)
 
     def clear(self) -> list:
         waiters = [w for e in self.entries.values() for w in e.waiters]
@@ -149,6 +157,6 @@ class StateCache:
             victim = next((e for e in self.entries.values() if e.ready), None)
             if victim is None:
                 return
-            if self.disk is not None:  # a no-op when its write-through went through
+            if self.disk is not None:
                 self.disk.put(victim.partition, victim.key, victim.state, victim.logits)
             self._remove(victim)
