@@ -91,6 +91,29 @@ def test_unload_and_load_again_finds_it_on_disk(model_files, tmp_path):
     assert again.tokens == first.tokens
 
 
+def test_two_models_in_one_server_each_find_their_own_entries(model_files, tmp_path):
+    """Two models on one cache folder: after a restart each reads its own prompt's state,
+    and each reply is what it was before (neither read the other's)."""
+    cache_dir = tmp_path / "cache"
+
+    def serve_both():
+        mw = Middleware()
+        try:
+            for name, path in zip("ab", model_files):
+                assert isinstance(load(mw, spec(path, cache_dir, name=name)), Loaded)
+            return [generate(mw, LONG, max_tokens=8, model=name).wait() for name in "ab"]
+        finally:
+            mw.close()
+
+    first = serve_both()
+    assert [r.started[0].cached_tokens for r in first] == [0, 0]
+    assert first[0].tokens != first[1].tokens  # other weights: otherwise this proves nothing
+    assert len({p.parent for p in entry_files(cache_dir)}) == 2  # a folder each
+    again = serve_both()
+    assert [r.started[0].cached_tokens for r in again] == [r.started[0].prompt_tokens for r in again]
+    assert [r.tokens for r in again] == [r.tokens for r in first]
+
+
 def test_a_damaged_entry_is_dropped_with_a_warning_and_never_used(model_files, tmp_path, caplog):
     cache_dir = tmp_path / "cache"
     first = run_once(model_files[0], cache_dir)

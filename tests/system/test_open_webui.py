@@ -120,8 +120,15 @@ def open_webui_env(data_dir: Path, server_port: int, kind: str) -> dict[str, str
 
 @pytest.fixture(scope="module", params=["openai", "ollama"])
 def open_webui(server, tmp_path_factory, request):
-    """Open WebUI (`open-webui serve`) on a free loopback port, connected to our server as to
-    OpenAI, then as to Ollama: its base URL."""
+    """Open WebUI connected to our server as to OpenAI, then as to Ollama: its base URL."""
+    with open_webui_at(server.port, tmp_path_factory, request.param) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def open_webui_at(server_port: int, tmp_path_factory, kind: str):
+    """Open WebUI (`open-webui serve`) on a free loopback port, with our server on
+    `server_port` as its one connection of `kind`: its base URL."""
     assert OPEN_WEBUI.exists(), (f"Open WebUI is not installed at {VENV} (scripts/open_webui_env.sh installs it; "
                                  "OPEN_WEBUI_VENV names another virtualenv)")
     folder = tmp_path_factory.mktemp("open-webui")
@@ -129,7 +136,7 @@ def open_webui(server, tmp_path_factory, request):
     log = folder / "open-webui.log"
     with log.open("w") as out:
         proc = subprocess.Popen([str(OPEN_WEBUI), "serve", "--host", "127.0.0.1", "--port", str(port)],
-                                cwd=folder, env=open_webui_env(folder / "data", server.port, request.param),
+                                cwd=folder, env=open_webui_env(folder / "data", server_port, kind),
                                 stdout=out, stderr=subprocess.STDOUT)
     try:
         started = time.monotonic()
@@ -221,3 +228,43 @@ def test_a_chat_with_each_model_answers(browser, server, open_webui, tmp_path, m
         print(f"{model} answered: {text!r}")
         assert text, reply.inner_text()
     assert finished(server, model) > before
+
+
+def computed_and_total(port: int) -> tuple[float, float]:
+    """(prompt tokens the model ran, prompt tokens of all requests) so far: the difference is
+    what the prefix cache spared."""
+    metrics = metrics_of(port)
+    return metrics["rwkv:prompt_tokens_computed_total"], metrics["rwkv:prompt_tokens_total"]
+
+
+def chat_once(browser, url: str, tmp_path: Path, text: str) -> None:
+    """A new chat in Open WebUI's page with "demo", until its reply has ended."""
+    with open_page(browser, url, tmp_path) as page:
+        picker_options(page)
+        page.locator('[role="option"][data-value="demo"]').click()
+        page.locator("#chat-input").click()
+        page.keyboard.type(text)
+        page.keyboard.press("Enter")
+        reply = page.locator('#messages-container div[id^="message-"]:has(.chat-assistant)').last
+        reply.get_by_role("button", name="Regenerate").wait_for(timeout=ANSWER_MS)
+
+
+def test_the_first_chat_after_a_restart_reads_the_tools_prompt_from_disk(browser, tmp_path_factory):
+    """Open WebUI sends its tools' definitions with every chat. The server keeps the state
+    after them in memory and, when it stops cleanly, on disk ([cache]): a restarted server's
+    first chat reads them from there instead of running them through the model again."""
+    folder, port = tmp_path_factory.mktemp("restart"), free_port()
+    config = CONFIG.replace('[listen]', '[cache]\npath = "states"\n[listen]')
+    with ServerProcess(folder, config, ready=r"model demo loaded|loading \S+ failed", port=port) as first, \
+            open_webui_at(port, tmp_path_factory, "openai") as url:
+        chat_once(browser, url, tmp_path_factory.mktemp("shots"), "Hello, who are you?")
+        computed, total = computed_and_total(first.port)
+        assert computed > 2000, (computed, total)  # the tools' prompt was read: thousands of tokens
+        first.proc.terminate()  # a clean stop: the states go to disk
+        assert first.proc.wait(60) == 0
+        assert list((folder / "states").glob("*/*.pcs"))
+        with ServerProcess(folder, config, ready=r"model demo loaded|loading \S+ failed", port=port) as second:
+            chat_once(browser, url, tmp_path_factory.mktemp("shots"), "Hello again, what can you do?")
+            computed, total = computed_and_total(second.port)
+    print(f"after the restart: {computed:.0f} of {total:.0f} prompt tokens computed")
+    assert total > 2000 and computed < total / 10, (computed, total)
