@@ -23,7 +23,14 @@ async function isKeyRefusal(response) {
 export async function api(path, { method = "GET", body, signal } = {}, retried = false) {
   const used = store.get(keyName(path), "");
   const init = { method, signal, headers: { ...authHeaders(path) } };
-  if (body !== undefined) { init.method = method === "GET" ? "POST" : method; init.body = JSON.stringify(body); init.headers["Content-Type"] = "application/json"; }
+  if (body !== undefined) {
+    // A form (files with their names) goes as multipart, which the browser labels itself;
+    // anything else as JSON.
+    const form = body instanceof FormData;
+    init.method = method === "GET" ? "POST" : method;
+    init.body = form ? body : JSON.stringify(body);
+    if (!form) init.headers["Content-Type"] = "application/json";
+  }
   const response = await fetch(path, init);
   const refusedKey = await isKeyRefusal(response);
   if (refusedKey && !retried) {

@@ -1,11 +1,12 @@
 // The Chat tab: the conversations beside, the open one's messages, and the reply streamed
-// from /v1/chat/completions into it.
+// from /v1/chat/completions into it (from the conversation's saved state, if it has one).
 import { $ } from "./dom.js";
 import { api, errorText, readSSE } from "./api.js";
 import {
   addConversation, currentConversation, deleteConversation, ensureOpenConversation, isOpen,
   listConversations, openConversation, saveConversations,
 } from "./conversations.js";
+import { renderAttachment, setStateButtonsBusy, setupChatState } from "./chat-state.js";
 import { renderMarkdown } from "./markdown.js";
 import { samplingBody } from "./settings.js";
 import { countTokens } from "./status.js";
@@ -21,7 +22,7 @@ function renderConversations() {
     const li = document.createElement("li");
     li.className = isOpen(c) ? "active" : "";
     const title = document.createElement("span");
-    title.textContent = c.title;
+    title.textContent = (c.state ? "📎 " : "") + c.title;
     const del = document.createElement("button");
     del.textContent = "×"; del.title = "Delete";
     del.onclick = (e) => {
@@ -61,6 +62,7 @@ function messageElement(m) {
 function renderChat() {
   ensureOpenConversation();
   renderConversations();
+  renderAttachment(currentConversation());
   const box = $("#chat-messages");
   box.innerHTML = "";
   for (const m of currentConversation().messages) box.appendChild(messageElement(m));
@@ -69,6 +71,7 @@ function renderChat() {
 
 function setChatBusy(busy) {
   $("#chat-send").disabled = busy; $("#chat-regenerate").disabled = busy; $("#chat-stop").disabled = !busy;
+  setStateButtonsBusy(busy);
 }
 
 async function reply() {
@@ -84,7 +87,9 @@ async function reply() {
   const started = performance.now();
   let tokens = 0;
   try {
-    const r = await api("/v1/chat/completions", { method: "POST", body: { ...samplingBody("chat"), messages: history }, signal: chatAbort.signal });
+    const body = { ...samplingBody("chat"), messages: history };
+    if (c.state) body.state = c.state.id;  // the messages are read after the saved state
+    const r = await api("/v1/chat/completions", { method: "POST", body, signal: chatAbort.signal });
     if (!r.ok) throw new Error(await errorText(r));
     await readSSE(r, (event) => {
       const delta = event.choices && event.choices[0] && event.choices[0].delta;
@@ -118,7 +123,17 @@ async function send(text) {
   await reply();
 }
 
+// A new conversation tied to a saved state (the States tab's "Start a chat"); refused while a
+// reply streams, as switching conversations is.
+export function startChatFrom(saved) {
+  if (chatAbort) return false;
+  addConversation({ title: saved.name || saved.id, state: { id: saved.id, name: saved.name || saved.id } });
+  renderChat();
+  return true;
+}
+
 export function setupChat() {
+  setupChatState(renderChat, () => !!chatAbort);
   renderChat();
   $("#chat-new").onclick = () => { if (!chatAbort) { addConversation(); renderChat(); } };
   $("#chat-form").onsubmit = (e) => {

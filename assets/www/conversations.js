@@ -14,8 +14,10 @@ export function saveConversations() { store.set("conversations", conversations);
 
 export function openConversation(id) { current = id; saveConversations(); }
 
-export function addConversation() {
-  const c = { id: String(Date.now()) + Math.random().toString(16).slice(2, 6), title: "New conversation", messages: [] };
+// `fields` may tie it to a saved state ({ title, state: { id, name } }): kept with it, so a
+// reload still chats from that state.
+export function addConversation(fields = {}) {
+  const c = { id: String(Date.now()) + Math.random().toString(16).slice(2, 6), title: "New conversation", messages: [], ...fields };
   conversations.unshift(c); current = c.id; saveConversations();
   return c;
 }

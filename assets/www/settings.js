@@ -85,6 +85,9 @@ export function renderSettings(which) {
   box.appendChild(reset);
 }
 
+// The initial state chosen in the settings ("" for the model's own).
+export function chosenState(which) { return settings[which].state; }
+
 export function samplingBody(which) {
   const s = settings[which];
   const body = { stream: true, max_tokens: s.max_tokens, sampler_override: { type: s.type, ...s.values[s.type] } };
