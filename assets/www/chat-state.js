@@ -18,8 +18,13 @@ function report(text, failed = false) {
 // What the conversation's requests start from: its saved state, else the settings' initial one.
 function startingState(c) { return (c.state && c.state.id) || chosenState("chat") || undefined; }
 
+// The conversation last drawn: the last save's or attachment's note is about it alone.
+let shown = null;
+
 // The state the open conversation chats from (or none), as the line above its messages.
 export function renderAttachment(c) {
+  if (shown !== c.id) report("");
+  shown = c.id;
   const line = $("#chat-attached");
   line.hidden = !c.state;
   if (!c.state) return;

@@ -20,9 +20,10 @@ function renderConversations() {
   ul.innerHTML = "";
   for (const c of listConversations()) {
     const li = document.createElement("li");
-    li.className = isOpen(c) ? "active" : "";
+    li.classList.toggle("active", isOpen(c));
+    li.classList.toggle("from-state", !!c.state);  // marked: it chats from a saved state
     const title = document.createElement("span");
-    title.textContent = (c.state ? "📎 " : "") + c.title;
+    title.textContent = c.title;
     const del = document.createElement("button");
     del.textContent = "×"; del.title = "Delete";
     del.onclick = (e) => {
