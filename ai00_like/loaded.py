@@ -17,7 +17,7 @@ import msgspec
 import numpy as np
 
 from .identity import weights_identity
-from .messages import ModelInfoEvent, ModelSpec
+from .messages import ModelInfoEvent, ModelSpec, NamedState
 from .rwkv import load_model, load_state
 from .rwkv.memory import footprint
 from .rwkv.quant import head_quantised, quantisation_of
@@ -102,11 +102,14 @@ class LoadedModel:
 
     def initial_state(self, wanted) -> tuple[str, State | None]:
         """(partition, State or None) for a request's `state`: a configured state's id or name,
-        a `.state` file in the models folder, or a State given inline. The partition keeps
+        a `.state` file in the models folder, a State given inline, or a saved one. The partition keeps
         prefix-cache entries of different initial states apart."""
         if wanted is None:
             default = next((s for s in self.spec.states if s.default), None)
             return ("", None) if default is None else (default.id, self.states[default.id])
+        if isinstance(wanted, NamedState):
+            wanted.state.check(self.model.info)
+            return wanted.partition, wanted.state
         if isinstance(wanted, State):
             wanted.check(self.model.info)
             digest = hashlib.sha256()

@@ -130,6 +130,14 @@ class ListLoaded(msgspec.Struct, frozen=True):
     reply: Reply
 
 
+class NamedState(msgspec.Struct, frozen=True):
+    """An initial state with a prefix-cache partition of its own: a saved state, whose id
+    names it (its content never changes), so every request from it shares the partition."""
+
+    partition: str
+    state: State
+
+
 class Generate(msgspec.Struct, frozen=True):
     """A completion: text in, text pieces out (through `reply`)."""
 
@@ -143,8 +151,8 @@ class Generate(msgspec.Struct, frozen=True):
     model_text: str = ""  # earlier assistant turns, which seed the repetition penalties
     model_counts: TokenCounts | None = None  # instead of model_text: a stored conversation's (Responses)
     # The initial state: a configured state's id or name, a `.state` file in the models
-    # folder, or a State given inline; None: the default state.
-    state: str | State | None = None
+    # folder, a State given inline, or a saved one (NamedState); None: the default state.
+    state: str | State | NamedState | None = None
     stop_on_eos: bool = True
     prefix: tuple[int, ...] = ()  # token ids read before the prompt's text (a stored conversation)
     keep_state: bool = False  # Finished carries the state and the tokens it holds (choice 0)
@@ -171,7 +179,7 @@ class Choose(msgspec.Struct, frozen=True):
     choices: tuple[str, ...]
     reply: Reply
     calibrate: bool = False
-    state: str | State | None = None  # as Generate.state
+    state: str | State | NamedState | None = None  # as Generate.state
     model: str = ""  # as Generate.model
 
 
@@ -182,7 +190,7 @@ class ScorePrompt(msgspec.Struct, frozen=True):
     prompt: str
     reply: Reply
     top: int = 0  # also the `top` most likely alternatives at each position
-    state: str | State | None = None  # as Generate.state
+    state: str | State | NamedState | None = None  # as Generate.state
     model: str = ""  # as Generate.model
 
 
@@ -191,7 +199,7 @@ class ReadState(msgspec.Struct, frozen=True):
 
     prompt: str
     reply: Reply
-    state: str | State | None = None  # as Generate.state
+    state: str | State | NamedState | None = None  # as Generate.state
     model: str = ""  # as Generate.model
 
 

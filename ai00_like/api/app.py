@@ -36,6 +36,9 @@ from .oai import chat, choose, completion, embedding, models, state
 from .oai import types as oai
 from .responses import routes as responses
 from .responses import types as resp
+from .saved_states import routes as saved
+from .saved_states import transfer
+from .saved_states import types as saved_types
 from .openapi import OPENAPI_PATH, Route, openapi_document
 from .pool import LEASES
 from .serving import Serving
@@ -68,6 +71,19 @@ OPENAI_ROUTES = [
           returns=resp.DeletedResponse),
     Route("GET", "/responses/{response_id}/input_items", responses.list_input_items,
           "The input items of a stored response", returns=resp.ItemList),
+    # Named conversation states, kept in the response store (ours: api/saved_states).
+    Route("POST", "/saved_states", saved.save_state, "Read a text or chat messages once and keep the state (ours)",
+          body=saved_types.SaveStateRequest, returns=saved_types.SavedState),
+    Route("GET", "/saved_states", saved.list_saved_states, "The caller's saved states (ours)",
+          returns=saved_types.SavedStateList),
+    Route("POST", "/saved_states/import", transfer.import_state, "A state file (.st or .pth, the body or the form "
+          "field `file`) as a saved state; ?model=&name= (ours)", returns=saved_types.SavedState),
+    Route("GET", "/saved_states/{state_id}", saved.retrieve_saved_state, "A saved state (ours)",
+          returns=saved_types.SavedState),
+    Route("DELETE", "/saved_states/{state_id}", saved.delete_saved_state, "Delete a saved state (ours)",
+          returns=saved_types.DeletedSavedState),
+    Route("GET", "/saved_states/{state_id}/content", transfer.state_content, "The saved state as a state file "
+          "(.st, or ?format=pth) for Ai00 and state-tuning tools (ours)"),
     # Ai00's additions to its OpenAI routes.
     Route("POST", "/chooses", choose.chooses, "Rank choices by perplexity after an input (Ai00)",
           body=oai.ChooseRequest, returns=oai.ChoiceList),

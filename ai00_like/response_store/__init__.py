@@ -7,10 +7,11 @@ import logging
 from ..config import Config
 from .errors import StoreError, StoreUnavailable
 from .records import ANONYMOUS, Caller, StoredResponse, key_owner
+from .saved import SavedStateRecord, StoreFull
 from .store import ResponseStore
 
-__all__ = ["ANONYMOUS", "Caller", "ResponseStore", "StoreError", "StoreUnavailable", "StoredResponse", "key_owner",
-           "open_store"]
+__all__ = ["ANONYMOUS", "Caller", "ResponseStore", "SavedStateRecord", "StoreError", "StoreFull", "StoreUnavailable",
+           "StoredResponse", "key_owner", "open_store"]
 
 log = logging.getLogger(__name__)
 

@@ -30,6 +30,7 @@ from redis.retry import Retry
 
 from ..rwkv.state import State
 from .errors import StoreUnavailable
+from .redis_saved import RedisSavedStates
 from .state_blob import decode_state, encode_state
 from .records import ID, Caller, StoredResponse, conversation_tokens
 
@@ -55,6 +56,7 @@ class RedisResponseStore:
                                           retry=Retry(NoBackoff(), 1))
         self._records = msgspec.msgpack.Encoder()
         self._decode = msgspec.msgpack.Decoder(StoredResponse).decode
+        self.saved = RedisSavedStates(self.redis, prefix, self._reachable)  # kept until deleted: no TTL
 
     def _key(self, kind: str, response_id: str) -> str:
         return f"{self.prefix}{kind}:{response_id}"

@@ -4,6 +4,7 @@
 and referenced their earlier turns) is upgraded in place: its records keep the whole
 conversation's tokens and no ancestors, which reads the same, and belong to `anonymous`,
 so on a server with keys only the admin key sees them (who made them is not known).
+Version 2 adds the table of saved states (saved.py), which older servers never read.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from .errors import StoreError
 
-VERSION = 1
+VERSION = 2
 COLUMNS = ("id", "model", "fingerprint", "created", "used", "response", "input_items", "tools", "tokens", "tail",
            "state_bytes", "owner", "ancestors", "history", "record_bytes")
 _TABLE = """
@@ -42,6 +43,22 @@ _ADDED = (
     "CREATE INDEX IF NOT EXISTS responses_used ON responses (used)",
 )
 
+# What version 2 added: the saved states (saved.py), kept until deleted.
+_SAVED = """
+CREATE TABLE IF NOT EXISTS saved_states (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    name TEXT,
+    model TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    version TEXT NOT NULL,
+    tokens INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    created INTEGER NOT NULL,
+    used REAL NOT NULL
+)
+"""
+
 
 def open_database(path: Path) -> sqlite3.Connection:
     """The store's database at `path`, made or upgraded; StoreError in one line when the
@@ -57,7 +74,7 @@ def open_database(path: Path) -> sqlite3.Connection:
             raise StoreError(f"{path}: the response store was written by a newer ai00-like (layout {version}); "
                              "upgrade this one, or choose another [responses] path")
         if version < VERSION:
-            _upgrade(db)
+            _upgrade(db, version)
     except sqlite3.Error as e:
         db.close()
         raise StoreError(f"{path}: not a usable response store ({e}); move the file away to start with an "
@@ -68,12 +85,15 @@ def open_database(path: Path) -> sqlite3.Connection:
     return db
 
 
-def _upgrade(db: sqlite3.Connection) -> None:
+def _upgrade(db: sqlite3.Connection, version: int) -> None:
     db.execute("BEGIN IMMEDIATE")
     try:
-        db.execute(_TABLE)
-        for statement in _ADDED:
-            db.execute(statement)
+        if version < 1:
+            db.execute(_TABLE)
+            for statement in _ADDED:
+                db.execute(statement)
+        db.execute(_SAVED)
+        db.execute("CREATE INDEX IF NOT EXISTS saved_states_owner ON saved_states (owner)")
         db.execute(f"PRAGMA user_version = {VERSION}")
         db.execute("COMMIT")
     except BaseException:

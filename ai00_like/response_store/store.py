@@ -8,6 +8,7 @@ however long the conversation is. Three bounds keep the folder from growing with
 records unused for `ttl` seconds expire, records past `max_record_bytes` go least recently
 used first, and past `max_state_bytes` the least recently used states are dropped while
 their records stay (a continuation from such a response reads the conversation again).
+Saved states (saved.py, `self.saved`) share the database and count toward that cap first.
 
 Nothing half-written is ever stored: a state file is written under a temporary name and
 renamed into place before its record is committed; a record whose state file could not be
@@ -30,6 +31,7 @@ from ..rwkv.state import State
 from .errors import StoreError, StoreUnavailable
 from .folder_lock import lock_folder
 from .records import ID, Caller, StoredResponse, blob_of, conversation_tokens, ids_of
+from .saved import SavedStates
 from .schema import COLUMNS, open_database
 
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM responses"
@@ -54,6 +56,11 @@ class ResponseStore:
             self.db = open_database(self.folder / "responses.sqlite3")
         except StoreError:
             self._release()
+            raise
+        try:
+            self.saved = SavedStates(self.db, self.lock, self.folder / "saved", self._failing, max_state_bytes)
+        except (StoreError, StoreUnavailable):
+            self.close()
             raise
         with self._failing("clean up"):
             self._expire()
@@ -176,10 +183,13 @@ class ResponseStore:
             self.db.executemany("DELETE FROM responses WHERE id = ?", [(rid,) for rid in gone])
             rows = self.db.execute(
                 "SELECT id, state_bytes FROM responses WHERE state_bytes > 0 ORDER BY used DESC").fetchall()
-            dropped = _past_cap(rows, self.max_state_bytes)
+            dropped = _past_cap(rows, self.max_state_bytes - self._saved_bytes())  # saved states are kept
             self.db.executemany("UPDATE responses SET state_bytes = 0 WHERE id = ?", [(rid,) for rid in dropped])
         for rid in gone + dropped:
             self._state_path(rid).unlink(missing_ok=True)
+
+    def _saved_bytes(self) -> int:
+        return self.db.execute("SELECT COALESCE(SUM(bytes), 0) FROM saved_states").fetchone()[0]
 
     def _drop_orphans(self) -> None:
         """State files without a record (a crash between file and commit) and partial ones.

@@ -226,18 +226,22 @@ def read_state_file(path: str | Path, info: ModelInfo) -> list[np.ndarray]:
     """
     if info.version == "4":
         raise ModelFileError(path, "v4 models do not support state files (they have no time_state)")
+    states = {name: arr for name, arr in read_state_tensors(path, info).items() if name.endswith(".att.time_state")}
+    if not states:
+        raise ModelFileError(path, "not a state file: it has no 'blocks.N.att.time_state' tensors")
+    return _per_layer_states(states, info, path)
+
+
+def read_state_tensors(path: str | Path, info: ModelInfo) -> dict[str, np.ndarray]:
+    """Every tensor of a state file under official names and layout (the `time_state`s and
+    whatever else it holds, such as a saved conversation's shift vectors)."""
     raw, metadata = _read_as_stored(path)
     family = model_family(raw) or _family(info)
     if metadata is None:
         layout = "official"
     else:
         layout = detect_layout(raw, metadata, path, family=family, n_embd=info.n_embd)
-    states = {
-        name: arr for name, arr in to_official(raw, layout, family).items() if name.endswith(".att.time_state")
-    }
-    if not states:
-        raise ModelFileError(path, "not a state file: it has no 'blocks.N.att.time_state' tensors")
-    return _per_layer_states(states, info, path)
+    return to_official(raw, layout, family)
 
 
 def _per_layer_states(states: Mapping[str, np.ndarray], info: ModelInfo, path) -> list[np.ndarray]:
@@ -256,7 +260,8 @@ def _per_layer_states(states: Mapping[str, np.ndarray], info: ModelInfo, path) -
             raise ModelFileError(path, f"has no state for layer {i} (the model has {info.n_layer} layers)")
         if layers[i].shape != want:
             raise ModelFileError(
-                path, f"layer {i} state has shape {tuple(layers[i].shape)} but the model needs {want}"
+                path, f"layer {i} state has shape {tuple(layers[i].shape)} but the model needs {want} "
+                f"(tensor 'blocks.{i}.att.time_state')"
             )
         out.append(np.ascontiguousarray(as_float(layers[i]), dtype=np.float32))
     return out
@@ -269,5 +274,6 @@ __all__ = [
     "read_checkpoint",
     "read_model_info",
     "read_state_file",
+    "read_state_tensors",
     "read_tensors",
 ]

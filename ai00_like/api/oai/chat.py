@@ -28,6 +28,7 @@ from .generation import (
 from .prompt import DEFAULT_CHAT_STOP, ChatPrompt, render_chat
 from .reasoning import think_plan
 from .reply import ReplyReader
+from ..saved_states.use import saved_state
 from .state import requested_state
 from .structured import Structure, structured_output
 from .tools import with_tools
@@ -107,7 +108,7 @@ async def chat_completions(request: web.Request, serving: Serving):
     messages = [req.messages] if not isinstance(req.messages, list) and req.messages is not None else req.messages
     plan = await plan_chat(serving, req, messages or [])
     model = plan.model
-    state = requested_state(req.state, model)
+    state = await saved_state(serving, request, req.state, model) or requested_state(req.state, model)
     n = req.n or 1
 
     run = GenerationRun(serving, model, [plan.rendered.prompt], n=n, options=plan.options, max_tokens=plan.budget,

@@ -16,6 +16,7 @@ from ..body import decode_body
 from ..channel import EventChannel
 from ..errors import ApiError, bad_request, from_failed
 from ..serving import Serving
+from ..saved_states.use import saved_state
 from .state import joined, requested_state
 from .types import ChoiceList, ChooseRequest, EmbeddingUsage, RankedChoice
 
@@ -29,7 +30,7 @@ async def chooses(request: web.Request, serving: Serving) -> ChoiceList:
     if len(req.choices) > MAX_CHOICES:
         raise bad_request(f"'choices' has {len(req.choices)} items; at most {MAX_CHOICES} are allowed", "choices")
     model = await serving.model_for(req.model, keep_alive=req.keep_alive)
-    initial = requested_state(req.state, model)
+    initial = await saved_state(serving, request, req.state, model) or requested_state(req.state, model)
     channel = EventChannel()
     serving.middleware.send(Choose(joined(req.input), tuple(req.choices), channel.reply(), calibrate=req.calibrate,
                                    state=initial, model=model.name))

@@ -23,6 +23,7 @@ from .generation import (
     GenerationRun, StreamFormat, check_logit_bias, max_tokens, new_id, now, sampling_options,
     stop_strings, stream, token_text,
 )
+from ..saved_states.use import saved_state
 from .state import requested_state
 from .structured import structured_output
 from .types import Completion, CompletionChoice, CompletionRequest, LegacyLogprobs, Usage
@@ -88,7 +89,7 @@ async def completions(request: web.Request, serving: Serving):
                         minimum=0)
     structure = await structured_output(req, model, chat=False)
     options = msgspec.structs.replace(options, grammar=structure.grammar)
-    state = requested_state(req.state, model)
+    state = await saved_state(serving, request, req.state, model) or requested_state(req.state, model)
     check_logit_bias(options, model.info.vocab)
     ident, created, fp = new_id("cmpl"), now(), fingerprint(model)
     echoes = [p if req.echo else "" for p in prompts for _ in range(n)]

@@ -91,10 +91,13 @@ def assistant_turns(messages: list[ChatMessage]) -> list[str]:
 
 
 def render_chat(messages: list[ChatMessage], names: dict[str, str] | None = None,
-                template: ChatTemplate | None = None, *, opening: str = "", user_suffix: str = "") -> ChatPrompt:
+                template: ChatTemplate | None = None, *, opening: str = "", user_suffix: str = "",
+                assistant_prompt: bool = True) -> ChatPrompt:
     """The prompt, ending with the assistant's name and then `opening` (the start of the reply
     written for it: a think tag, a forced call); `user_suffix` ends the last user turn (a
-    G1 effort). Earlier assistant turns go back without their thinking."""
+    G1 effort). Earlier assistant turns go back without their thinking. Without
+    `assistant_prompt` it ends after the last turn's separator: what a saved state reads, so
+    that a chat continuing from it renders the rest exactly as one chat of all would."""
     if not messages:
         raise bad_request("'messages' must contain at least one message", "messages", code="invalid_value")
     template = template or DEFAULT_TEMPLATE
@@ -116,6 +119,8 @@ def render_chat(messages: list[ChatMessage], names: dict[str, str] | None = None
         content = _BLANK_LINES.sub("\n", raw).strip() + (user_suffix if i == last_user else "")
         fields = {"role": display[speaker], "content": content}
         records.append(_RECORD_FIELD.sub(lambda m: fields[m.group(1)], template.record))
+    if not assistant_prompt:
+        return ChatPrompt(template.sep.join(records) + template.sep, template.sep.join(assistant_turns(messages)))
     prefix = _PREFIX_FIELD.sub(lambda m: display[m.group(1)], template.prefix)
     prompt = template.sep.join(records) + template.sep + prefix + (" " + opening if opening else "")
     return ChatPrompt(prompt, template.sep.join(assistant_turns(messages)))

@@ -30,6 +30,7 @@ from ..oai.chat import ChatPlan, plan_chat
 from ..oai.generation import GenerationRun, run_as_sse
 from ..oai.reply import ReplyReader
 from ..oai.types import ChatCompletionRequest, ChatMessage
+from ..saved_states.use import saved_state
 from ..serving import Serving
 from ..sse import EventStream
 from . import continuation
@@ -111,6 +112,18 @@ async def _continuation(serving: Serving, req: CreateResponse, caller: Caller, t
                                    tools=tools)
 
 
+async def _from_saved(serving: Serving, request: web.Request, req: CreateResponse, plan: ChatPlan) -> Continuation:
+    """A new conversation that starts from a saved state (`state`, ours)."""
+    if req.previous_response_id is not None:
+        raise bad_request("Give either 'previous_response_id' or 'state', not both: a continued conversation "
+                          "starts from its previous response's state", "state")
+    named = await saved_state(serving, request, req.state, plan.model)
+    if named is None:
+        raise bad_request(f"'state' must be a saved state's id (state_…, from /v1/saved_states), got '{req.state}'",
+                          "state")
+    return Continuation(state=named)
+
+
 class ResponseTurn(msgspec.Struct, kw_only=True):
     """One request's turn of a conversation, from its reading to its record: what its
     generation, its Response and its stored record are made of, so that the steps between
@@ -177,6 +190,8 @@ async def _open_turn(request: web.Request, serving: Serving, req: CreateResponse
     if cont.previous is not None:
         chat = msgspec.structs.replace(chat, model=cont.previous.model)
     plan = await plan_chat(serving, chat, messages, announce_tools=cont.announce_tools)
+    if req.state is not None:
+        cont = await _from_saved(serving, request, req, plan)
     seed = continuation.penalty_seed(cont.previous, messages, plan.options, plan.model.tokenizer)
     return ResponseTurn(req=req, plan=plan, caller=caller, continuation=cont, seed=seed, items=items, tools=tools)
 

@@ -54,6 +54,7 @@ class CreateResponse(msgspec.Struct, kw_only=True):
     input: str | list[dict[str, Any]] | None = None
     instructions: str | None = None
     previous_response_id: str | None = None
+    state: str | None = None  # ours: a saved state's id (/v1/saved_states) to start the conversation from
     tools: list[FunctionTool] | None = None
     tool_choice: Literal["none", "auto", "required"] | ToolChoiceFunction | None = None
     parallel_tool_calls: bool | None = None

@@ -1,0 +1,1 @@
+"""Named conversation states: saved once, started from by any chat, completion or response."""
