@@ -37,6 +37,10 @@ def client(server) -> openai.OpenAI:
 # and CI run them all. A module's own first test, which starts its shared server, is not
 # counted slow for that.
 SLOW = {
+    "test_saved_states.py": {
+        'test_a_restart_an_export_and_another_model',
+        'test_without_a_store_the_routes_say_what_to_turn_on',
+    },
     "test_many_models.py": {
         'test_every_model_is_listed_and_loads_on_first_use',
         'test_eight_concurrent_first_requests_load_the_model_once',

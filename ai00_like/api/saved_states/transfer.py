@@ -23,7 +23,7 @@ from ...rwkv.info import ModelInfo
 from ...rwkv.state import State
 from ...rwkv.state_file import FORMATS, read_state, write_state
 from ..body import too_large
-from ..errors import bad_request
+from ..errors import ApiError, bad_request
 from ..serving import Serving
 from .routes import checked_name, keep
 from .use import ask, find, saved_states
@@ -78,13 +78,23 @@ async def _upload(request: web.Request, limit: int) -> tuple[bytes, str]:
     if request.content_length is not None and request.content_length > limit:
         raise await too_large(request, limit)
     if request.content_type.startswith("multipart/"):
-        reader = await request.multipart()
-        while (part := await reader.next()) is not None:
-            if getattr(part, "name", None) == "file":
-                return await _read_limited(part.read_chunk, limit, request), part.filename or ""
-        raise bad_request("The form has no field 'file': send the state file in it", "file",
-                          code="missing_required_field")
+        try:
+            return await _form_file(request, limit)
+        except ApiError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a form without a boundary, a damaged part: the client's
+            raise bad_request(f"The multipart form cannot be read ({type(e).__name__}: {e}); send the state "
+                              "file in the form field 'file', or as the body itself", "file") from None
     return await _read_limited(request.content.readany, limit, request), ""
+
+
+async def _form_file(request: web.Request, limit: int) -> tuple[bytes, str]:
+    reader = await request.multipart()
+    while (part := await reader.next()) is not None:
+        if getattr(part, "name", None) == "file":
+            return await _read_limited(part.read_chunk, limit, request), part.filename or ""
+    raise bad_request("The form has no field 'file': send the state file in it", "file",
+                      code="missing_required_field")
 
 
 def _from_file(data: bytes, filename: str, info: ModelInfo) -> State:
