@@ -23,7 +23,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from .messages import DiskCacheSpec, Effort, LoraSpec, ModelSpec, StateSpec, Thinking
+from .messages import DiskCacheSpec, Effort, LoraSpec, ModelSpec, SharedCacheSpec, StateSpec, Thinking
 from .rwkv import check_device
 from .rwkv.quant import quant_options
 
@@ -140,12 +140,15 @@ STORE_SCHEMES = ("redis", "rediss")
 
 
 class CacheSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """The prefix state cache's disk tier: states that outlive a restart and an unload."""
+    """The prefix state cache's tiers below memory: a disk tier, for states that outlive a
+    restart and an unload, and a shared tier in the Redis of [store] url, for states that
+    other replicas find."""
 
     enabled: bool = True
     path: str = "cache"  # its folder, relative to the config file's
     disk_bytes: int | str = "4 GiB"  # the folder's cap (bytes, or such as "4 GiB"); 0 turns it off
-    min_tokens: Annotated[int, msgspec.Meta(ge=0)] = 256  # shorter prefixes are not kept on disk
+    min_tokens: Annotated[int, msgspec.Meta(ge=0)] = 256  # shorter prefixes are kept in neither tier
+    shared: bool = True  # with [store] url: prompts' states go to that Redis too, for every replica
 
 
 class WebSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -202,11 +205,16 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         return self.model_dir / self.model.name if self.model.name else None
 
     def disk_cache(self) -> DiskCacheSpec | None:
-        """[cache] as every model's disk tier, or None when it is off."""
-        size = byte_size(self.cache.disk_bytes)
-        if not self.cache.enabled or not size:
+        """[cache] (and [store]) as every model's tiers below memory, or None when both are off."""
+        if not self.cache.enabled:
             return None
-        return DiskCacheSpec(str(self.resolve(self.cache.path)), size, self.cache.min_tokens)
+        size = byte_size(self.cache.disk_bytes)
+        shared = None
+        if self.cache.shared and self.store.url:
+            shared = SharedCacheSpec(self.store.url, self.store.prefix, self.store.ttl)
+        if not size and shared is None:
+            return None
+        return DiskCacheSpec(str(self.resolve(self.cache.path)), size, self.cache.min_tokens, shared)
 
     def model_spec(self) -> ModelSpec | None:
         """[model] as a ModelSpec, or None when `[model] name` is empty."""

@@ -24,7 +24,9 @@ from .rwkv.quant import head_quantised, quantisation_of
 from .rwkv.state import State
 from .rwkv.tokenizer import check_vocabulary, default_tokenizer_path, find_tokenizer, load_tokenizer
 from .backend.backend import Backend
+from .backend.cache_tier import CacheTier
 from .backend.disk_cache import DiskCache
+from .backend.shared_cache import SharedCache
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +76,7 @@ class LoadedModel:
             name=self.name, path=self.spec.path, info=self.model.info, spec=self.spec, states=self.spec.states,
             slots=self.model.max_batch, running=self.backend.running, waiting=self.backend.queued,
             cache_entries=len(cache), cache_bytes=cache.bytes, counters=self.backend.counters(), tokenizer=self.tokenizer,
+            disk_cache_bytes=sum(getattr(tier, "bytes", 0) for tier in cache.tiers),
             identity=self.identity, memory_bytes=self.memory_bytes, memory_kind=self.memory_kind,
         )
 
@@ -151,17 +154,24 @@ def disk_cache_key(spec: ModelSpec, model, identity: str) -> str:
     return hashlib.sha256(f"{identity}|{engine}".encode()).hexdigest()
 
 
-def open_disk_cache(spec: ModelSpec, model, identity: str) -> DiskCache | None:
-    """The prefix cache's disk tier for this model, or None when it is off or its folder
-    cannot be made (then the model serves with its memory cache, and the log says why)."""
-    if spec.disk_cache is None or spec.disk_cache.max_bytes <= 0:
-        return None
-    try:
-        cache = spec.disk_cache
-        return DiskCache(cache.path, disk_cache_key(spec, model, identity), cache.max_bytes, cache.min_tokens)
-    except OSError as exc:
-        log.warning("the prefix cache's disk tier is off for %s: %s", Path(spec.path).name, exc)
-        return None
+def open_cache_tiers(spec: ModelSpec, model, identity: str) -> list[CacheTier]:
+    """The prefix cache's tiers below memory for this model, in the order they are asked:
+    the disk, then the store shared by replicas. A disk folder that cannot be made leaves
+    that tier out (the log says why); a shared store that cannot be reached now is used
+    once it can (cache_tier.py)."""
+    tiers, cache = [], spec.disk_cache
+    if cache is None:
+        return tiers
+    key = disk_cache_key(spec, model, identity)
+    if cache.max_bytes > 0:
+        try:
+            tiers.append(DiskCache(cache.path, key, cache.max_bytes, cache.min_tokens))
+        except OSError as exc:
+            log.warning("the prefix cache's disk tier is off for %s: %s", Path(spec.path).name, exc)
+    if cache.shared is not None:
+        shared = cache.shared
+        tiers.append(SharedCache(shared.url, key, prefix=shared.prefix, ttl=shared.ttl, min_tokens=cache.min_tokens))
+    return tiers
 
 
 def build(spec: ModelSpec, progress=None) -> LoadedModel:
@@ -185,5 +195,5 @@ def build(spec: ModelSpec, progress=None) -> LoadedModel:
     states = {s.id: load_state(s.path, model.info) for s in spec.states}
     identity = weights_identity(spec)
     backend = Backend(model, tokenizer, token_chunk_size=spec.token_chunk_size, cache_bytes=spec.cache_bytes,
-                      checkpoint_interval=spec.checkpoint_interval, disk=open_disk_cache(spec, model, identity))
+                      checkpoint_interval=spec.checkpoint_interval, tiers=open_cache_tiers(spec, model, identity))
     return LoadedModel(spec, model, tokenizer, states, backend, identity=identity)

@@ -63,13 +63,23 @@ Thinking = Literal["none", "think", "effort"]
 Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 
 
+class SharedCacheSpec(msgspec.Struct, frozen=True):
+    """The prefix cache's shared tier: the Redis of `[store] url`, its key prefix and TTL."""
+
+    url: str
+    prefix: str
+    ttl: int
+
+
 class DiskCacheSpec(msgspec.Struct, frozen=True):
-    """The prefix cache's disk tier (`[cache]`): its folder, the folder's cap in bytes and the
-    shortest prefix it keeps."""
+    """The prefix cache's tiers below memory (`[cache]`): the disk tier's folder and the
+    folder's cap in bytes (0: no disk tier), the shortest prefix either tier keeps, and the
+    shared tier (None: none)."""
 
     path: str
     max_bytes: int
     min_tokens: int = 0
+    shared: SharedCacheSpec | None = None
 
 
 class ModelSpec(msgspec.Struct, frozen=True):
@@ -218,6 +228,19 @@ class BackendCounters(msgspec.Struct, frozen=True):
     cache_queries: int = 0
     cache_hits: int = 0
     cache_hit_tokens: int = 0  # prompt tokens a cache hit spared
+    # The part of cache_hits and cache_hit_tokens whose states came from a tier below memory
+    # (the rest came from memory), and what each tier wrote, skipped (its queue was full, or
+    # the entry too big) and dropped (damaged, or another model's): backend.tier_counters.
+    cache_disk_hits: int = 0
+    cache_disk_hit_tokens: int = 0
+    cache_shared_hits: int = 0
+    cache_shared_hit_tokens: int = 0
+    cache_disk_writes: int = 0
+    cache_disk_skipped: int = 0
+    cache_disk_dropped: int = 0
+    cache_shared_writes: int = 0
+    cache_shared_skipped: int = 0
+    cache_shared_dropped: int = 0
 
 
 class ModelInfoEvent(msgspec.Struct, frozen=True):
@@ -234,6 +257,7 @@ class ModelInfoEvent(msgspec.Struct, frozen=True):
     cache_entries: int
     cache_bytes: int
     counters: BackendCounters = BackendCounters()
+    disk_cache_bytes: int = 0  # the disk tier's folder (every model's entries in it); 0 when it is off
     tokenizer: WorldTokenizer | HFTokenizer | None = None  # read-only use: token bytes for logprobs, counts
     identity: str = ""  # the weights by content, not path (identity.py); empty from test builders
     memory_bytes: int = 0  # what it holds: weights in their loaded form, slot states, prefix cache's budget

@@ -4,7 +4,8 @@ Names and meanings follow vLLM's (`openai-and-peers.md` §3) under our prefix `r
 vLLM dashboards and alerts work after renaming the prefix. Two sources:
 
 * the backend's running totals (`BackendCounters`, via GetInfo) and its gauges (requests
-  running and waiting, state-cache entries and bytes), read once per scrape;
+  running and waiting, state-cache entries and bytes), read once per scrape; the prefix
+  cache's hits carry a `tier` label (memory, disk, shared: where the state came from);
 * per-request histograms (time to first token, inter-token latency, end-to-end latency,
   prompt and generation lengths), observed here in the HTTP tier, which sees each
   request's events as they arrive (`RequestObserver`, fed by oai/generation.py).
@@ -146,6 +147,13 @@ class BackendCollector:
         for name in names:
             loads.add_metric([name, self.replica], self.loads.get(name, 0))
         yield loads
+        for metric, doc, tiers, read in _TIER_COUNTERS:
+            family = CounterMetricFamily(PREFIX + metric, doc, labels=(*LABELS, "tier"))
+            for name in names:
+                totals = self.totals.get(name)
+                for tier in tiers:
+                    family.add_metric([name, self.replica, tier], read(totals.total if totals else _ZERO, tier))
+            yield family
         for metric, doc, read in _GAUGES:
             family = GaugeMetricFamily(PREFIX + metric, doc, labels=LABELS)
             for name in names:
@@ -167,8 +175,31 @@ _COUNTERS = (
     ("iteration_tokens", "Tokens through the model in steps (prefill chunks and decode tokens).",
      lambda t: t.step_tokens),
     ("state_cache_queries", "Prompts looked up in the prefix state cache.", lambda t: t.cache_queries),
-    ("state_cache_hits", "Lookups that found a cached prefix state.", lambda t: t.cache_hits),
-    ("state_cache_hit_tokens", "Prompt tokens a cache hit spared.", lambda t: t.cache_hit_tokens),
+)
+
+
+def _tier_hits(t: BackendCounters, tier: str, kind: str = "hits") -> int:
+    """Hits (or their tokens) whose state came from `tier`; memory's are the rest."""
+    if tier == "memory":
+        return getattr(t, f"cache_{kind}") - _tier_hits(t, "disk", kind) - _tier_hits(t, "shared", kind)
+    return getattr(t, f"cache_{tier}_{kind}")
+
+
+# (metric, help, its tiers, value from a model's totals and a tier), labelled `tier`: where
+# a prefix state came from. Summed over `tier`, the hits are the prompts that started from a
+# cached state, and the tokens the part of prompt_tokens that was not computed.
+_HIT_TIERS, _LOWER_TIERS = ("memory", "disk", "shared"), ("disk", "shared")
+_TIER_COUNTERS = (
+    ("state_cache_hits", "Prompts that started from a cached prefix state, by where the state came from.",
+     _HIT_TIERS, _tier_hits),
+    ("state_cache_hit_tokens", "Prompt tokens a cache hit spared, by where the state came from.", _HIT_TIERS,
+     lambda t, tier: _tier_hits(t, tier, "hit_tokens")),
+    ("state_cache_tier_writes", "Prefix states written to a tier below memory.", _LOWER_TIERS,
+     lambda t, tier: getattr(t, f"cache_{tier}_writes")),
+    ("state_cache_tier_skipped", "Prefix states not written to a tier: its queue was full or the state too big.",
+     _LOWER_TIERS, lambda t, tier: getattr(t, f"cache_{tier}_skipped")),
+    ("state_cache_tier_dropped", "Entries of a tier dropped unused: damaged, or of other weights.", _LOWER_TIERS,
+     lambda t, tier: getattr(t, f"cache_{tier}_dropped")),
 )
 # (metric, help, value from a model's snapshot, None when it is not loaded, and its current load's totals)
 _GAUGES = (
@@ -179,6 +210,8 @@ _GAUGES = (
      lambda s, t: t.step_rows / t.steps if s and t.steps else 0.0),
     ("state_cache_entries", "Prefix states held in the cache.", lambda s, t: s.cache_entries if s else 0),
     ("state_cache_bytes", "Bytes held by the prefix state cache.", lambda s, t: s.cache_bytes if s else 0),
+    ("state_cache_disk_bytes", "Bytes of the prefix cache's disk tier (its folder, every model's entries in it).",
+     lambda s, t: s.disk_cache_bytes if s else 0),
     ("state_cache_usage_perc", "Cache bytes over its budget (0-1).",
      lambda s, t: s.cache_bytes / s.spec.cache_bytes if s and s.spec.cache_bytes else 0.0),
     ("model_loaded", "1 while the model is loaded.", lambda s, t: 1 if s else 0),

@@ -5,8 +5,9 @@ decoding slot's next token plus prefill chunks of the others within a `token_chu
 budget, see scheduler.py), run it as one batched forward, sample every slot that got
 logits in one vectorised call, and send each request its text as it is produced
 (sequence.py). Jobs that need no slot run between two steps (queries.py). Nothing
-polls: the thread blocks on its inbox when it has nothing to do. The prefix cache's disk
-tier reads on a thread of its own and posts what it read into the same inbox.
+polls: the thread blocks on its inbox when it has nothing to do. The prefix cache's tiers
+below memory (disk, shared store) read on threads of their own and post what they read
+into the same inbox.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ..messages import BackendCounters, Failed, Finished, GenerateJob
 from ..rwkv.batch import StepInput
 from ..sampler import sample_batch, warm_up_sampler
 from .queries import Queries
-from .scheduler import DiskRead, Scheduler
+from .scheduler import Scheduler, TierRead
 from .sequence import Sequence
 from .state_cache import StateCache
 
@@ -28,12 +29,25 @@ log = logging.getLogger(__name__)
 _STOP = object()
 
 
+def tier_counters(cache: StateCache) -> dict[str, int]:
+    """BackendCounters' fields of the tiers below memory: hits by where they came from, and
+    each tier's writes, skipped writes and dropped entries (0 for a tier that is off)."""
+    counters = {}
+    for name in ("disk", "shared"):
+        tier = next((t for t in cache.tiers if t.name == name), None)
+        counters[f"cache_{name}_hits"] = cache.tier_hits[name]
+        counters[f"cache_{name}_hit_tokens"] = cache.tier_hit_tokens[name]
+        for kind in ("writes", "skipped", "dropped"):
+            counters[f"cache_{name}_{kind}"] = getattr(tier, kind, 0)
+    return counters
+
+
 class Backend:
     def __init__(self, model, tokenizer, *, token_chunk_size: int = 256, cache_bytes: int = 1 << 30,
-                 checkpoint_interval: int = 256, name: str = "backend", disk=None):
+                 checkpoint_interval: int = 256, name: str = "backend", tiers=()):
         self.model, self.tokenizer = model, tokenizer
         self.inbox: queue.Queue = queue.Queue()
-        self.cache = StateCache(cache_bytes, disk)  # disk: the cache's disk tier (a DiskCache) or None
+        self.cache = StateCache(cache_bytes, tiers)  # tiers: the cache's CacheTiers below memory, in order
         self.scheduler = Scheduler(model, self.cache, token_chunk_size=token_chunk_size,
                                    checkpoint_interval=checkpoint_interval, post=self.inbox.put)
         self.queries = Queries(model, self.cache, token_chunk_size)
@@ -52,8 +66,8 @@ class Backend:
         """End every running and waiting request with `error`, then end the thread."""
         self.inbox.put((_STOP, error))
         self._thread.join()
-        if self.cache.disk is not None:
-            self.cache.disk.close()  # its writes land before a load of the same model reads the folder
+        for tier in self.cache.tiers:
+            tier.close()  # its writes land before a load of the same model reads the folder
 
     @property
     def running(self) -> int:
@@ -69,7 +83,7 @@ class Backend:
         return BackendCounters(
             steps=self.steps, step_rows=self.step_rows, step_tokens=self.step_tokens, prompt_tokens=self.prompt_tokens,
             generated_tokens=self.generated_tokens, finished=self.finished, cache_queries=cache.queries,
-            cache_hits=cache.hits, cache_hit_tokens=cache.hit_tokens)
+            cache_hits=cache.hits, cache_hit_tokens=cache.hit_tokens, **tier_counters(cache))
 
     # ------------------------------------------------------------------ the loop
 
@@ -102,8 +116,8 @@ class Backend:
                     seq.send(Failed(f"internal error: {exc}", "internal", seq.index))
 
     def _enqueue(self, job) -> None:
-        if isinstance(job, DiskRead):
-            self.scheduler.disk_read(job)
+        if isinstance(job, TierRead):
+            self.scheduler.tier_read(job)
             return
         if isinstance(job, GenerateJob):
             self.scheduler.waiting.extend(Sequence(job, index) for index in range(len(job.samplers)))

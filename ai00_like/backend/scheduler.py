@@ -2,40 +2,45 @@
 
 Admission is first come, first served into free slots, starting from the longest cached
 prefix of each prompt; a prompt that another sequence is computing waits for it instead
-of being computed twice. A prompt whose longer prefix is on disk (the cache's disk tier)
-waits the same way, on a reservation that the disk tier's reader thread fills: the other
-slots keep stepping meanwhile. A step gives every decoding slot its next token and shares the
-rest of the `token_chunk_size` budget among prefilling slots.
+of being computed twice. A prompt may have a longer prefix in a tier below memory (the disk,
+then the store shared by replicas): it then waits while the tier's reader thread looks
+(requests for the same prompt wait on one look), and comes back to the queue's head with
+what the tier read; the other slots keep stepping meanwhile. A step gives every decoding
+slot its next token and shares the rest of the `token_chunk_size` budget among
+prefilling slots.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
+import numpy as np
+
 from ..messages import Started
 from .sequence import Sequence
 from .state_cache import CacheEntry, StateCache, token_key
 
 
-class DiskRead:
-    """What the disk tier's reader thread hands the backend thread: the state and logits of a
-    reserved entry, or None for an entry that turned out gone or damaged."""
+class TierRead:
+    """What a tier's reader thread hands the backend thread: the longest prefix of a prompt
+    it held beyond memory's (`length` tokens, its state and logits), or length 0 for none."""
 
-    __slots__ = ("entry", "state", "logits")
+    __slots__ = ("tier", "asked", "length", "state", "logits")
 
-    def __init__(self, entry: CacheEntry, state, logits):
-        self.entry, self.state, self.logits = entry, state, logits
+    def __init__(self, tier, asked: tuple[str, bytes], length: int, state, logits):
+        self.tier, self.asked, self.length, self.state, self.logits = tier, asked, length, state, logits
 
 
 class Scheduler:
     def __init__(self, model, cache: StateCache, *, token_chunk_size: int, checkpoint_interval: int,
                  post=None):
         self.model, self.cache = model, cache
-        self.post = post  # puts a DiskRead into the backend thread's inbox (from the reader thread)
+        self.post = post  # puts a TierRead into the backend thread's inbox (from a tier's reader thread)
         self.token_chunk_size = max(1, token_chunk_size)
         self.checkpoint_interval = max(1, checkpoint_interval)
         self.slots: list[Sequence | None] = [None] * model.max_batch
         self.waiting: deque[Sequence] = deque()
+        self.asking: dict[tuple[str, bytes], list[Sequence]] = {}  # (partition, prompt) → waiting on a tier
 
     @property
     def running(self) -> list[Sequence]:
@@ -59,51 +64,61 @@ class Scheduler:
     def admit(self) -> None:
         while self.waiting and None in self.slots:
             seq = self.waiting.popleft()
-            if seq.hit is not None:  # from a reservation it waited on: count what lookup did not
-                self.cache.count_hit(seq.hit.length - seq.hit_counted, new=not seq.hit_counted)
-            entry = seq.hit or self.cache.lookup(seq.job.partition, seq.prompt)
+            entry = seq.hit or self.cache.lookup(seq.job.partition, seq.prompt, count=False)
             if entry is not None and not entry.ready:
                 entry.waiters.append(seq)  # the same prompt is being computed: wait for it
                 continue
-            if seq.hit is None and self._read_from_disk(seq, entry):
+            if seq.hit is None and self._ask_tier(seq, entry):
                 continue
             self._place(seq, self.slots.index(None), entry)
 
-    def _read_from_disk(self, seq: Sequence, entry: CacheEntry | None) -> bool:
-        """Start reading a longer prefix of `seq`'s prompt from disk than memory holds, with
-        `seq` waiting on its reservation; False when the disk has none."""
-        disk, partition = self.cache.disk, seq.job.partition
-        if disk is None or self.post is None or seq.disk_checked:
+    def _ask_tier(self, seq: Sequence, entry: CacheEntry | None) -> bool:
+        """Ask the next tier below memory for a longer prefix of `seq`'s prompt than memory
+        holds, with `seq` waiting for the answer; False when no tier is left to ask."""
+        tiers, above = self.cache.tiers, entry.length if entry is not None else 0
+        if self.post is None or seq.tier >= len(tiers):
             return False
-        seq.disk_checked = True  # once: a read that fails leaves it to memory and the model
-        seq.hit_counted = entry.length if entry is not None and entry.ready else 0
-        length = disk.find(partition, token_key(seq.prompt), above=entry.length if entry is not None else 0)
-        reservation = self.cache.reserve(partition, seq.prompt[:length]) if length else None
-        if reservation is None:
+        asked = (seq.job.partition, token_key(seq.prompt))
+        # Left out: a failing tier (its store is gone: memory and the model serve) and one
+        # that cannot hold more than memory has.
+        while seq.tier < len(tiers) and not (tiers[seq.tier].available()
+                                             and tiers[seq.tier].worth_asking(*asked, above)):
+            seq.tier += 1
+        if seq.tier >= len(tiers):
             return False
-        reservation.waiters.append(seq)
-        post = self.post
-        disk.load(partition, reservation.key, lambda state, logits: post(DiskRead(reservation, state, logits)))
+        if asked in self.asking:  # the same prompt (another choice, another request): one look
+            self.asking[asked].append(seq)
+            return True
+        self.asking[asked] = [seq]
+        tier, post = tiers[seq.tier], self.post
+        tier.fetch(*asked, above, lambda length, state, logits: post(TierRead(tier, asked, length, state, logits)))
         return True
 
-    def disk_read(self, read: DiskRead) -> None:
-        """On the backend thread: fill the reservation with what the disk gave (or drop it)
-        and put its waiters back at the head of the queue, in their order."""
-        entry = read.entry
-        if self.cache.entries.get((entry.partition, entry.key)) is not entry:
-            return  # cleared meanwhile (an unload): its waiters were ended with it
-        if read.state is None:
-            waiters = self.cache.abandon(entry)
-        else:
-            waiters = self.cache.fill(entry, read.state, read.logits)
-            for waiter in waiters:
-                waiter.hit = entry
+    def tier_read(self, read: TierRead) -> None:
+        """On the backend thread: put the sequences that waited for `read` back at the head of
+        the queue, in their order, starting from what it read, or asking the next tier."""
+        waiters = self.asking.pop(read.asked, None)
+        if waiters is None:
+            return  # dropped meanwhile (an unload): its waiters were ended with it
+        after = self.cache.tiers.index(read.tier) + 1
+        entry = None
+        if read.state is not None:
+            partition, key = read.asked
+            tokens = np.frombuffer(key[:4 * read.length], np.int32).tolist()
+            entry = self.cache.insert(partition, tokens, read.state, read.logits)
+            entry.shared = True  # read from a tier: not to be written back
+            after = len(self.cache.tiers)  # found: the tiers below are not asked
+        for seq in waiters:
+            seq.tier = max(seq.tier, after)
+            if entry is not None and entry.ready:
+                seq.hit, seq.hit_from = entry, read.tier.name
         self.waiting.extendleft(reversed(waiters))
 
     def _place(self, seq: Sequence, slot: int, entry: CacheEntry | None) -> None:
         seq.slot = slot
         self.slots[slot] = seq
         if entry is not None:
+            self.cache.count_hit(seq.hit_from, entry.length)
             self.model.write_state(slot, entry.state)
             seq.fed = seq.prompt[: entry.length]
             seq.pending = seq.prompt[entry.length :]
@@ -151,8 +166,11 @@ class Scheduler:
             for waiter in self.cache.fill(entry, self.model.read_state(seq.slot), logits):
                 waiter.hit = entry
                 self.waiting.appendleft(waiter)
+            self.cache.share(entry)
         elif seq.pending and len(seq.fed) < len(seq.prompt) and len(seq.fed) % self.checkpoint_interval == 0:
-            self.cache.insert(seq.job.partition, seq.fed, self.model.read_state(seq.slot))
+            checkpoint = self.cache.insert(seq.job.partition, seq.fed, self.model.read_state(seq.slot))
+            if len(seq.prompt) - len(seq.fed) <= self.checkpoint_interval:
+                self.cache.share(checkpoint)  # the last: a next turn whose prompt ends otherwise starts here
 
     # ------------------------------------------------------------------ ending
 
@@ -160,7 +178,7 @@ class Scheduler:
         """Cache the state after everything `seq` has read, keyed by those tokens: the next
         turn of a chat starts with them and computes only its new text."""
         if seq.logits is not None and seq.fed and not seq.pending:
-            self.cache.insert(seq.job.partition, seq.fed, self.model.read_state(seq.slot), seq.logits)
+            self.cache.share(self.cache.insert(seq.job.partition, seq.fed, self.model.read_state(seq.slot), seq.logits))
 
     def release(self, seq: Sequence) -> None:
         if seq.reservation is not None:
@@ -173,8 +191,10 @@ class Scheduler:
 
     def drain(self) -> list[Sequence]:
         """Every sequence placed, waiting or parked on a reservation, released."""
-        seqs = self.running + list(self.waiting) + self.cache.clear()
+        asking = [seq for waiters in self.asking.values() for seq in waiters]
+        seqs = self.running + list(self.waiting) + self.cache.clear() + asking
         for seq in seqs:
             self.release(seq)
         self.waiting.clear()
+        self.asking.clear()
         return seqs

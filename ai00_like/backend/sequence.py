@@ -30,8 +30,8 @@ class Sequence:
         self.text = TextStream(job.stop)
         self.reservation: CacheEntry | None = None  # the prompt entry this sequence computes
         self.hit: CacheEntry | None = None  # set when admitted straight from a filled reservation
-        self.disk_checked = False  # the cache's disk tier was asked for a longer prefix
-        self.hit_counted = 0  # tokens of its prefix that a lookup already counted as a cache hit
+        self.tier = 0  # the next of the cache's tiers below memory to ask for a longer prefix
+        self.hit_from = "memory"  # where `hit`'s state came from (the metrics count hits by tier)
 
     @property
     def cancelled(self) -> bool:

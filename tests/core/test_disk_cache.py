@@ -4,17 +4,21 @@ and a read from disk that keeps no other stream waiting."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
 
 import numpy as np
 from api_helpers import write_model
+from process_helpers import parse_metrics
 from serving_helpers import generate, load
 
-from ai00_like.backend.disk_cache import SUFFIX, DiskCache, decode_entry, encode_entry
+from ai00_like.backend.cache_tier import decode_entry, encode_entry
+from ai00_like.backend.disk_cache import SUFFIX, DiskCache
 from ai00_like.backend.state_cache import token_key
 from ai00_like.messages import DiskCacheSpec, Loaded, ModelSpec, Unload
+from ai00_like.api.metrics import Metrics
 from ai00_like.middleware import Middleware
 from ai00_like.rwkv.state import State
 
@@ -36,7 +40,7 @@ def unload(mw) -> None:
 
 
 def disk_of(mw):
-    return next(iter(mw.models.values())).backend.cache.disk
+    return next(t for t in next(iter(mw.models.values())).backend.cache.tiers if t.name == "disk")
 
 
 def entry_files(cache_dir) -> list:
@@ -75,6 +79,36 @@ def test_a_restarted_server_reads_the_prompt_from_disk(model_files, tmp_path):
     finally:
         mw.close()
     assert second.tokens == first.tokens and second.text == first.text
+
+
+def scrape(mw) -> dict[str, float]:
+    """The model's /metrics, from a snapshot of its backend as the route takes one."""
+    loaded = next(iter(mw.models.values()))
+    text = asyncio.run(Metrics().exposition((loaded.describe(),), {loaded.name: 1})).decode()
+    return parse_metrics(text)
+
+
+def test_a_disk_hit_is_counted_by_its_tier_in_the_metrics(model_files, tmp_path):
+    run_once(model_files[0], tmp_path / "cache")
+    mw = Middleware()
+    try:
+        load(mw, spec(model_files[0], tmp_path / "cache"))
+        from_disk = generate(mw, LONG, max_tokens=8).wait()
+        from_memory = generate(mw, LONG, max_tokens=8).wait()
+        got = scrape(mw)
+    finally:
+        mw.close()
+    n = from_disk.started[0].prompt_tokens
+    assert from_disk.started[0].cached_tokens == from_memory.started[0].cached_tokens == n
+    hits, tokens = "rwkv:state_cache_hits_total", "rwkv:state_cache_hit_tokens_total"
+    assert got[f'{hits}{{model_name="a",replica="",tier="disk"}}'] == 1
+    assert got[f'{tokens}{{model_name="a",replica="",tier="disk"}}'] == n
+    assert got[f'{hits}{{model_name="a",replica="",tier="memory"}}'] == 1
+    assert got[f'{hits}{{model_name="a",replica="",tier="shared"}}'] == 0
+    assert got[hits] == 2 and got[tokens] == 2 * n  # the sum over tiers: every hit once
+    assert got["rwkv:prompt_tokens_total"] == 2 * n and got["rwkv:prompt_tokens_computed_total"] == 0
+    assert got["rwkv:state_cache_disk_bytes"] == sum(p.stat().st_size for p in entry_files(tmp_path / "cache")) > 0
+    assert got["rwkv:state_cache_tier_dropped_total"] == 0
 
 
 def test_unload_and_load_again_finds_it_on_disk(model_files, tmp_path):
@@ -128,6 +162,7 @@ def test_a_damaged_entry_is_dropped_with_a_warning_and_never_used(model_files, t
             load(mw, spec(model_files[0], cache_dir))
             second = generate(mw, LONG, max_tokens=8).wait()
             assert disk_of(mw).dropped == 1 and disk_of(mw).hits == 0
+            assert scrape(mw)['rwkv:state_cache_tier_dropped_total{model_name="a",replica="",tier="disk"}'] == 1
             model_key = disk_of(mw).model_key
         finally:
             mw.close()
@@ -163,8 +198,8 @@ def test_a_read_from_disk_keeps_no_other_stream_waiting(model_files, tmp_path):
     try:
         load(mw, spec(model_files[0], cache_dir))
         disk = disk_of(mw)
-        read = disk._read
-        disk._read = lambda *args: (gate.wait(60), read(*args))  # the disk is slow: held until told
+        read = disk._load
+        disk._load = lambda *args: (gate.wait(60), read(*args))[1]  # the disk is slow: held until told
         long = generate(mw, LONG, max_tokens=4)
         short = generate(mw, SHORT, max_tokens=4).wait()  # ends while the long one's read is held
         assert short.finish == ["length"]
@@ -204,9 +239,9 @@ def test_the_longest_prefix_on_disk_is_found_and_read_back(tmp_path):
     assert disk.find("other", tokens(10)) == 0
     got = []
     done = threading.Event()
-    disk.load("", tokens(8), lambda s, logits: (got.append((s, logits)), done.set()))
+    disk.fetch("", tokens(10), 4, lambda n, s, logits: (got.append((n, s, logits)), done.set()))
     assert done.wait(30)
-    assert np.array_equal(got[0][0].wkv, state(2).wkv) and list(got[0][1]) == [0, 1, 2, 3, 4]
+    assert got[0][0] == 8 and np.array_equal(got[0][1].wkv, state(2).wkv) and list(got[0][2]) == [0, 1, 2, 3, 4]
     disk.close()
 
 
@@ -219,7 +254,7 @@ def test_the_cap_removes_the_least_recently_used_first(tmp_path):
     for n, path in enumerate(sorted(tmp_path.glob(f"*/*{SUFFIX}"))):  # both long unused
         os.utime(path, ns=(10**18 + n, 10**18 + n))
     done = threading.Event()
-    disk.load("", tokens(3, 1), lambda *_: done.set())  # used: now the most recent
+    disk.fetch("", tokens(3, 1), 0, lambda *_: done.set())  # used: now the most recent
     assert done.wait(30)
     disk.put("", tokens(3, 200), state(3), None)
     disk.flush()

@@ -11,14 +11,17 @@ import signal
 import socket
 import subprocess
 import sys
+import shutil
 import threading
 import time
 from pathlib import Path
 from typing import Self
 
 import psutil
+import redis
 
 TIMEOUT = 60
+REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
 
 
 class ServerProcess:
@@ -201,3 +204,34 @@ def stream_chat(port: int, body: dict, headers: dict | None = None) -> list:
         return events
     finally:
         conn.close()
+
+
+class RedisProcess:
+    """redis-server on a loopback port, nothing written to disk; stop() and start() again
+    keep the port (and lose the data, as a restart without persistence does)."""
+
+    def __init__(self, folder):
+        self.folder, self.port, self.proc = folder, free_port(), None
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisProcess:
+        self.proc = subprocess.Popen([REDIS, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                      "--appendonly", "no"], cwd=self.folder, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        client = redis.Redis(port=self.port, socket_connect_timeout=1)
+        for _ in range(100):  # 10 s at most
+            try:
+                client.ping()
+                return self
+            except redis.ConnectionError:
+                assert self.proc.poll() is None, "redis-server exited"
+                time.sleep(0.1)
+        raise AssertionError("redis-server did not answer within 10 s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port)

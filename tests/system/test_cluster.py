@@ -119,6 +119,9 @@ class Cluster:
             config = process_config(self.model_folder, replica=name, drain_delay=DRAIN_DELAY, grace=GRACE)
             config = config.replace("cache_bytes = 1048576", f"cache_bytes = {CACHE_BYTES}")
             config += f'[store]\nurl = "{self.store_url}"\nprefix = "cluster:"\nttl = 3600\n'
+            # The affinity test compares one replica's hit rate with round robin's, which a
+            # shared prefix cache would even out (test_shared_prefix_cache.py tests that one).
+            config = config.replace("[cache]\n", "[cache]\nshared = false\n")
             (self.folder / name).mkdir(exist_ok=True)
             servers.append(ServerProcess(self.folder / name, config, port=port, env=ONE_THREAD))
         start_together(servers, self.stack)

@@ -9,8 +9,6 @@ and the model identity, as units."""
 from __future__ import annotations
 
 import shutil
-import subprocess
-import time
 from contextlib import ExitStack
 
 import httpx
@@ -18,8 +16,7 @@ import msgspec
 import numpy as np
 import openai
 import pytest
-import redis
-from process_helpers import ServerProcess, free_port, process_config
+from process_helpers import REDIS, RedisProcess, ServerProcess, process_config
 
 from ai00_like.config import ConfigError, parse_config
 from ai00_like.identity import file_identity
@@ -28,41 +25,9 @@ from ai00_like.response_store.state_blob import decode_state, encode_state
 from ai00_like.rwkv.state import State
 from api_helpers import write_model
 
-REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
 PREFIX = "test-ai00:"
 TTL = 3600
 GREEDY = {"model": "tiny", "temperature": 0, "max_output_tokens": 8}
-
-
-class RedisProcess:
-    """redis-server on a loopback port, nothing written to disk; stop() and start() again
-    keep the port (and lose the data, as a restart without persistence does)."""
-
-    def __init__(self, folder):
-        self.folder, self.port, self.proc = folder, free_port(), None
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> RedisProcess:
-        self.proc = subprocess.Popen([REDIS, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                                      "--appendonly", "no"], cwd=self.folder, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
-        client = redis.Redis(port=self.port, socket_connect_timeout=1)
-        for _ in range(100):  # 10 s at most
-            try:
-                client.ping()
-                return self
-            except redis.ConnectionError:
-                assert self.proc.poll() is None, "redis-server exited"
-                time.sleep(0.1)
-        raise AssertionError("redis-server did not answer within 10 s")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
-
-    def client(self) -> redis.Redis:
-        return redis.Redis(port=self.port)
 
 
 def replica(stack: ExitStack, folder, redis_url: str) -> ServerProcess:
