@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import shutil
 import tempfile
 import threading
 from pathlib import Path
@@ -30,6 +31,17 @@ def write_model(path: Path, version: str = "7", seed: int = 3) -> Path:
     # World vocabulary size so every token of the shipped tokenizer exists; narrow and shallow.
     write_safetensors(make_checkpoint(version, n_layer=2, n_embd=64, head_size=32, vocab=65536, seed=seed), path)
     return path
+
+
+def replica_folders(root: Path) -> Path:
+    """Folders a and b with one model's file (copied: the same weights at another path) and
+    c with other weights under the same name: three replicas' model folders."""
+    for name in "abc":
+        (root / name).mkdir()
+    write_model(root / "a" / "tiny.st")
+    shutil.copy(root / "a" / "tiny.st", root / "b" / "tiny.st")
+    write_model(root / "c" / "tiny.st", seed=4)
+    return root
 
 
 def write_state(path: Path, seed: int = 5) -> Path:

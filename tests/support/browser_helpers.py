@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 CHROMIUM = "/usr/bin/chromium"
 # No sandbox (tests run as root), no GPU, and nothing that reaches beyond the loopback.
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -10,3 +14,12 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 
 def launch(playwright):
     return playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+
+
+def playwright_or_skip():
+    """Playwright's sync API, or the calling test module skipped where Debian's Chromium or
+    Playwright is missing (call it at the module's top level)."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"browser tests need Debian's Chromium at {CHROMIUM} (apt-get install chromium)",
+                    allow_module_level=True)
+    return pytest.importorskip("playwright.sync_api", reason="browser tests need Playwright (pip install playwright)")

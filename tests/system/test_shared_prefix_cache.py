@@ -16,7 +16,7 @@ from contextlib import ExitStack
 
 import numpy as np
 import pytest
-from api_helpers import write_model
+from api_helpers import replica_folders
 from process_helpers import REDIS, RedisProcess, ServerProcess, metrics_of, process_config
 import httpx
 
@@ -68,11 +68,7 @@ def written(server: ServerProcess, count: int) -> None:
 def replicas(tmp_path_factory):
     """Redis, replicas A and B of one model in folders of their own, and C of other weights."""
     root = tmp_path_factory.mktemp("shared-pc")
-    for name in "abc":
-        (root / name).mkdir()
-    write_model(root / "a" / "tiny.st")
-    shutil.copy(root / "a" / "tiny.st", root / "b" / "tiny.st")
-    write_model(root / "c" / "tiny.st", seed=4)
+    replica_folders(root)
     store = RedisProcess(root).start()
     with ExitStack() as stack:
         stack.callback(store.stop)

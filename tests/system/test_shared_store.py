@@ -23,7 +23,7 @@ from ai00_like.identity import file_identity
 from ai00_like.response_store import StoredResponse
 from ai00_like.response_store.state_blob import decode_state, encode_state
 from ai00_like.rwkv.state import State
-from api_helpers import write_model
+from api_helpers import replica_folders, write_model
 
 PREFIX = "test-ai00:"
 TTL = 3600
@@ -46,11 +46,7 @@ def cluster(tmp_path_factory):
     if not shutil.which(REDIS):
         pytest.skip("redis-server is not installed (apt-get install redis-server)")
     root = tmp_path_factory.mktemp("shared")
-    for name in "abc":
-        (root / name).mkdir()
-    write_model(root / "a" / "tiny.st")
-    shutil.copy(root / "a" / "tiny.st", root / "b" / "tiny.st")
-    write_model(root / "c" / "tiny.st", seed=4)
+    replica_folders(root)
     store = RedisProcess(root).start()
     with ExitStack() as stack:
         stack.callback(store.stop)

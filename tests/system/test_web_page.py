@@ -20,7 +20,7 @@ import msgspec
 import numpy as np
 import pytest
 from api_helpers import ServerThread, config_for
-from browser_helpers import CHROMIUM
+from browser_helpers import playwright_or_skip
 from safetensors.numpy import save_file
 
 from ai00_like.config import parse_config
@@ -31,10 +31,7 @@ WWW = Path(__file__).resolve().parents[2] / "assets" / "www"
 DEMO = Path(__file__).resolve().parents[2] / "assets" / "models"
 ADMIN_KEY = "page-admin-key"
 
-if not Path(CHROMIUM).exists():
-    pytest.skip(f"browser tests need Debian's Chromium at {CHROMIUM} (apt-get install chromium)",
-                allow_module_level=True)
-pytest.importorskip("playwright.sync_api", reason="browser tests need Playwright (pip install playwright)")
+playwright_or_skip()
 
 WAIT_MS = 60_000
 

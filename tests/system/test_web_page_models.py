@@ -15,17 +15,14 @@ from pathlib import Path
 
 import pytest
 from api_helpers import InterceptedGenerates, ServerThread, config_for, write_model
-from browser_helpers import CHROMIUM
+from browser_helpers import playwright_or_skip
 
 WWW = Path(__file__).resolve().parents[2] / "assets" / "www"
 ADMIN_KEY = "models-tab-admin-key"
 WAIT_MS = 60_000
 MIB = 2**20
 
-if not Path(CHROMIUM).exists():
-    pytest.skip(f"browser tests need Debian's Chromium at {CHROMIUM} (apt-get install chromium)",
-                allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need Playwright (pip install playwright)")
+sync_api = playwright_or_skip()
 expect = sync_api.expect
 
 

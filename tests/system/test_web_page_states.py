@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from api_helpers import ServerThread
-from browser_helpers import CHROMIUM
+from browser_helpers import playwright_or_skip
 
 from ai00_like.config import parse_config
 
@@ -26,10 +26,7 @@ KEY = "states-page-key"
 WAIT_MS = 60_000
 DOCUMENT = "The lighthouse keeper's cat is called Marmalade.\nIt sleeps on the lamp room's warm floor.\n"
 
-if not Path(CHROMIUM).exists():
-    pytest.skip(f"browser tests need Debian's Chromium at {CHROMIUM} (apt-get install chromium)",
-                allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need Playwright (pip install playwright)")
+sync_api = playwright_or_skip()
 expect = sync_api.expect
 
 
