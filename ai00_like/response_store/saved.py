@@ -23,7 +23,7 @@ from .errors import StoreError, StoreUnavailable
 from .records import ID, Caller
 from .state_blob import decode_state, encode_state
 
-COLUMNS = ("id", "owner", "name", "model", "fingerprint", "version", "tokens", "bytes", "created", "used")
+COLUMNS = ("id", "owner", "name", "model", "fingerprint", "version", "tokens", "bytes", "created", "used", "tools")
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM saved_states"
 
 
@@ -42,6 +42,7 @@ class SavedStateRecord(msgspec.Struct, kw_only=True):
     used: float
     owner: str
     name: str | None = None
+    tools: str = ""  # the tools turn it read (api/oai/tools.tools_digest), "" for none
 
     def visible_to(self, caller: Caller) -> bool:
         return caller.sees_all or self.owner == caller.owner

@@ -4,7 +4,8 @@
 and referenced their earlier turns) is upgraded in place: its records keep the whole
 conversation's tokens and no ancestors, which reads the same, and belong to `anonymous`,
 so on a server with keys only the admin key sees them (who made them is not known).
-Version 2 adds the table of saved states (saved.py), which older servers never read.
+Version 2 adds the table of saved states (saved.py), which older servers never read;
+version 3 the tools turn each one read (`tools`, '' for the states saved before).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from .errors import StoreError
 
-VERSION = 2
+VERSION = 3
 COLUMNS = ("id", "model", "fingerprint", "created", "used", "response", "input_items", "tools", "tokens", "tail",
            "state_bytes", "owner", "ancestors", "history", "record_bytes")
 _TABLE = """
@@ -55,9 +56,12 @@ CREATE TABLE IF NOT EXISTS saved_states (
     tokens INTEGER NOT NULL,
     bytes INTEGER NOT NULL,
     created INTEGER NOT NULL,
-    used REAL NOT NULL
+    used REAL NOT NULL,
+    tools TEXT NOT NULL DEFAULT ''
 )
 """
+# What version 3 added to version 2's saved states.
+_SAVED_TOOLS = "ALTER TABLE saved_states ADD COLUMN tools TEXT NOT NULL DEFAULT ''"
 
 
 def open_database(path: Path) -> sqlite3.Connection:
@@ -92,7 +96,10 @@ def _upgrade(db: sqlite3.Connection, version: int) -> None:
             db.execute(_TABLE)
             for statement in _ADDED:
                 db.execute(statement)
-        db.execute(_SAVED)
+        if version < 2:
+            db.execute(_SAVED)
+        else:
+            db.execute(_SAVED_TOOLS)
         db.execute("CREATE INDEX IF NOT EXISTS saved_states_owner ON saved_states (owner)")
         db.execute(f"PRAGMA user_version = {VERSION}")
         db.execute("COMMIT")

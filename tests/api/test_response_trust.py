@@ -314,3 +314,20 @@ def test_a_store_of_the_last_release_is_upgraded_in_place(tmp_path):
         assert record.tokens == (5, 6) and store.conversation(record) == (5, 6)
     finally:
         store.close()
+
+
+def test_a_store_with_saved_states_of_layout_2_gains_their_tools(tmp_path):
+    folder = tmp_path / "r"
+    ResponseStore(folder, max_state_bytes=1 << 20, max_record_bytes=1 << 20, ttl=60).close()
+    db = sqlite3.connect(folder / "responses.sqlite3")
+    db.execute("ALTER TABLE saved_states DROP COLUMN tools")  # as layout 2 made it
+    db.execute("INSERT INTO saved_states VALUES ('state_old', 'anonymous', 'kept', 'tiny', 'fp', '7', 3, 8, 1, 1.0)")
+    db.execute("PRAGMA user_version = 2")
+    db.commit()
+    db.close()
+    store = ResponseStore(folder, max_state_bytes=1 << 20, max_record_bytes=1 << 20, ttl=60)
+    try:
+        record = store.saved.get("state_old", Caller())
+        assert (record.name, record.tokens, record.tools) == ("kept", 3, "")  # saved before tools were kept
+    finally:
+        store.close()

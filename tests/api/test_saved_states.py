@@ -111,6 +111,33 @@ def test_a_fork_extends_a_saved_state(server):
     assert chat(server, [follow], fork["id"]) == whole
 
 
+TOOLS = [{"type": "function", "function": {"name": "find_verse", "description": "Look a verse up by its words.",
+                                          "parameters": {"type": "object", "properties": {"words": {"type": "string"}},
+                                                         "required": ["words"]}}}]
+CALLED = [{"role": "assistant", "content": None, "tool_calls": [
+    {"id": "call_1", "type": "function", "function": {"name": "find_verse", "arguments": '{"words": "light"}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "Genesis 1:3"}]
+
+
+def test_a_chat_from_a_saved_prompt_with_tools_replies_as_the_whole_chat(server):
+    head, follow = [SYSTEM, QUESTION, *CALLED], [{"role": "user", "content": "And then?"}]
+    made = save(server, messages=head, tools=TOOLS)
+    whole = chat(server, head + follow, tools=TOOLS)
+    assert chat(server, follow, made["id"], tools=TOOLS) == whole  # the tools are not announced twice
+    bare = save(server, messages=head)
+    assert chat(server, follow, bare["id"], tools=TOOLS) != whole  # without them it read another prompt
+    unsaid = save(server, messages=head, tools=TOOLS, tool_choice="none")  # chat's "none": not in the prompt
+    assert chat(server, follow, unsaid["id"]) == chat(server, head + follow)
+    fork = save(server, messages=follow, tools=TOOLS, state=made["id"])
+    assert fork["tokens"] - made["tokens"] == save(server, messages=follow, state=bare["id"])["tokens"] - bare["tokens"]
+    refused = server.post("/v1/saved_states", {"input": DOCUMENT, "tools": TOOLS}, headers=auth())
+    assert refused.status == 400 and refused.json()["error"]["param"] == "tools", refused
+    unknown = server.post("/v1/saved_states", {"messages": head, "tools": TOOLS,
+                                               "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+                          headers=auth())
+    assert unknown.status == 400 and unknown.json()["error"]["param"] == "tool_choice.function.name", unknown
+
+
 def test_n_2_and_concurrent_requests_start_from_one_state(server):
     made = save(server, messages=[SYSTEM])
     alone = chat(server, [SYSTEM, QUESTION])

@@ -3,7 +3,8 @@ replicas as separate processes, on the loopback: a response stored by one replic
 continued and deleted on another, which continues it from the stored RNN state (same reply,
 only the new turn's tokens read); keys carry the prefix and the TTL; a replica serving other
 weights never uses the state; Redis stopped gives 503 from the routes that need it and
-nothing else, and Redis back works again without a restart. Plus the state blob's encoding
+nothing else, and Redis back works again without a restart. A saved state (POST
+/v1/saved_states) made on one replica serves its key on another, and has no TTL. Plus the state blob's encoding
 and the model identity, as units."""
 
 from __future__ import annotations
@@ -154,6 +155,63 @@ def test_responses_belong_to_their_key_and_turns_reference_each_other(cluster, t
         with pytest.raises(openai.BadRequestError) as e:
             alice.responses.create(input="More", previous_response_id=later.id, **GREEDY)
         assert e.value.body["code"] == "conversation_incomplete"
+
+
+def test_a_saved_state_made_on_one_replica_serves_its_key_on_another_and_never_expires(cluster, tmp_path):
+    """POST /v1/saved_states on A; B lists it, starts a chat from it (the reply A gives),
+    downloads the same file and deletes it, for the key that saved it; another key's every
+    route is a 404. Its keys in Redis have no TTL, and using it gives them none."""
+    store = cluster[0]
+    servers, keys = [], ("sk-alice", "sk-bob")
+    with ExitStack() as stack:
+        for name in "ab":
+            (tmp_path / name).mkdir()
+            write_model(tmp_path / name / "tiny.st")
+            config = (process_config(tmp_path / name) + f'api_keys = ["{keys[0]}", "{keys[1]}"]\n'
+                      + f'[store]\nurl = "{store.url}"\nprefix = "{PREFIX}"\nttl = {TTL}\n')
+            servers.append(stack.enter_context(ServerProcess(tmp_path / name, config)))
+        a, b = (httpx.Client(base_url=f"http://127.0.0.1:{s.port}/v1", timeout=60,
+                             headers={"Authorization": f"Bearer {keys[0]}"}) for s in servers)
+        bob = {"Authorization": f"Bearer {keys[1]}"}
+        system = {"role": "system", "content": "You answer from the Book of Genesis."}
+        question = {"role": "user", "content": "Who made the light?"}
+        made = a.post("/saved_states", json={"messages": [system], "name": "genesis"})
+        assert made.status_code == 200, made.text
+        ident = made.json()["id"]
+        assert [s["id"] for s in b.get("/saved_states").json()["data"]] == [ident]
+        assert b.get(f"/saved_states/{ident}").json() == made.json()
+        r = store.client()
+        owners = [k.decode() for k in r.keys(f"{PREFIX}saved_by:*")]
+        assert len(owners) == 1 and "sk-alice" not in owners[0]  # the key's owner, not the key itself
+        saved_keys = [f"{PREFIX}saved:{ident}", f"{PREFIX}saved_state:{ident}", owners[0]]
+        assert all(r.exists(key) for key in saved_keys)
+
+        def reply(client: httpx.Client, messages, state=None, **headers) -> httpx.Response:
+            body = {"model": "tiny", "messages": messages, "temperature": 0, "max_tokens": 8}
+            return client.post("/chat/completions", json={**body, **({"state": state} if state else {})},
+                               headers=headers)
+
+        whole = reply(a, [system, question]).json()["choices"][0]["message"]["content"]
+        for client in (a, b):
+            done = reply(client, [question], ident)
+            assert done.status_code == 200, done.text
+            assert done.json()["choices"][0]["message"]["content"] == whole
+        assert b.get(f"/saved_states/{ident}").json()["last_used_at"] >= made.json()["last_used_at"]
+        assert [r.ttl(key) for key in saved_keys] == [-1, -1, -1]  # kept until deleted, used or not
+        content = b.get(f"/saved_states/{ident}/content")
+        assert content.status_code == 200 and content.content == a.get(f"/saved_states/{ident}/content").content
+        assert 'filename="genesis.st"' in content.headers["content-disposition"]
+        for client in (a, b):
+            assert client.get("/saved_states", headers=bob).json()["data"] == []
+            for method, path in [("GET", ""), ("GET", "/content"), ("DELETE", "")]:
+                refused = client.request(method, f"/saved_states/{ident}{path}", headers=bob)
+                assert refused.status_code == 404 and refused.json()["error"]["code"] == "state_not_found", path
+            refused = reply(client, [question], ident, **bob)
+            assert refused.status_code == 404 and refused.json()["error"]["code"] == "state_not_found"
+        assert b.delete(f"/saved_states/{ident}").json() == {"id": ident, "object": "saved_state.deleted",
+                                                              "deleted": True}
+        assert a.get(f"/saved_states/{ident}").status_code == 404
+        assert not any(r.exists(key) for key in saved_keys)
 
 
 def test_without_redis_only_the_store_routes_answer_503_and_it_comes_back(cluster, tmp_path):

@@ -28,10 +28,10 @@ from .generation import (
 from .prompt import DEFAULT_CHAT_STOP, ChatPrompt, render_chat
 from .reasoning import think_plan
 from .reply import ReplyReader
-from ..saved_states.use import saved_state
+from ..saved_states.use import read_tools, saved_state
 from .state import requested_state
 from .structured import Structure, structured_output
-from .tools import with_tools
+from .tools import tools_digest, with_tools
 from .types import (
     AssistantMessage,
     ChatChoice,
@@ -72,17 +72,22 @@ class ChatPlan:
 
 
 async def plan_chat(serving: Serving, req: ChatCompletionRequest, messages: list, *,
-                    announce_tools: bool = True, stop_sequences: tuple[str, ...] = ()) -> ChatPlan:
+                    announce_tools: bool = True, stop_sequences: tuple[str, ...] = (),
+                    read_tools: str = "") -> ChatPlan:
     """Prompt, grammar, sampling and limits of a chat request (and of a Responses or
     Messages request read as one). `announce_tools=False` leaves the tools out of the prompt
     (a continued conversation that offered them already) while the reply may still call
     them. `stop_sequences` end the reply besides the turn's own end (Anthropic's, which add
-    to it where OpenAI's `stop` replaces it)."""
+    to it where OpenAI's `stop` replaces it). `read_tools`: the tools turn (tools_digest)
+    the starting state has read already, a saved state's; the same tools are not announced
+    again, so the prompt reads as one chat of the saved messages and these."""
     model = await serving.model_for(req.model, stream=bool(req.stream), keep_alive=req.keep_alive)
     thinking = think_plan(model.spec.thinking, model.spec.reasoning_effort, req.reasoning_effort,
                           enable_thinking(req.chat_template_kwargs))
     structure = await structured_output(req, model, chat=True, opening=thinking.opening)
     offered = req.tools if structure.tools and announce_tools else None
+    if offered and read_tools and tools_digest(offered) == read_tools:
+        offered = None
     # A forced call's opening replaces the think's: such a reply is the call, nothing else.
     opening = structure.opening or thinking.opening
     rendered = render_chat(with_tools(messages, offered), req.names, req.template, opening=opening,
@@ -106,7 +111,7 @@ async def chat_completions(request: web.Request, serving: Serving):
     config = serving.config
     req = await decode_body(request, ChatCompletionRequest, config.listen.max_body_bytes)
     messages = [req.messages] if not isinstance(req.messages, list) and req.messages is not None else req.messages
-    plan = await plan_chat(serving, req, messages or [])
+    plan = await plan_chat(serving, req, messages or [], read_tools=await read_tools(serving, request, req.state))
     model = plan.model
     state = await saved_state(serving, request, req.state, model) or requested_state(req.state, model)
     n = req.n or 1

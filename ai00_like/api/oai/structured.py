@@ -135,16 +135,32 @@ def _tool_choice(req) -> tuple[str, str | None]:
     return "required", choice.function.name
 
 
+def _check_tool(i: int, tool) -> None:
+    if tool.type != "function":
+        raise bad_request(f"tools[{i}].type '{tool.type}' is not supported; use 'function'", f"tools[{i}].type")
+    if not TOOL_NAME.fullmatch(tool.function.name):
+        raise bad_request(f"tools[{i}].function.name '{tool.function.name}' must be 1-64 letters, digits, '_' or '-'",
+                          f"tools[{i}].function.name")
+
+
+def offered_tools(req) -> list | None:
+    """The tools a chat request's prompt announces (tools.with_tools): its `tools`, unless
+    `tool_choice` is "none"; a 400 for a choice or a tool that chat refuses. What a saved
+    state reads with its messages, so a chat from it with the same tools renders as one."""
+    choice, _ = _tool_choice(req)
+    if choice == "none":
+        return None
+    for i, tool in enumerate(req.tools):
+        _check_tool(i, tool)
+    return req.tools
+
+
 def _calls(req) -> list[_Part]:
     """A `call_i` rule per tool, its arguments as `args_i`."""
     parts = []
     for i, tool in enumerate(req.tools):
         fn = tool.function
-        if tool.type != "function":
-            raise bad_request(f"tools[{i}].type '{tool.type}' is not supported; use 'function'", f"tools[{i}].type")
-        if not TOOL_NAME.fullmatch(fn.name):
-            raise bad_request(f"tools[{i}].function.name '{fn.name}' must be 1-64 letters, digits, '_' or '-'",
-                              f"tools[{i}].function.name")
+        _check_tool(i, tool)
         head = json.dumps(call_opening(fn.name)[len(OPEN) + 1:])
         rule = json_rule(closed_objects(fn.parameters or NO_PARAMETERS), lenient=not fn.strict)
         parts.append(_Part(f"tools[{i}].function.parameters",

@@ -16,6 +16,7 @@ schema, so `ToolCallReader` can take the calls apart as the text arrives.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import uuid
@@ -52,6 +53,12 @@ def tools_message(tools) -> ChatMessage:
         entry["parameters"] = fn.parameters or {"type": "object", "properties": {}}
         lines.append(compact(entry))
     return ChatMessage(role="system", content="\n".join(lines))
+
+
+def tools_digest(tools) -> str:
+    """Which tools turn a prompt announced ("" for none): a saved state keeps it, so that a
+    chat from it offering the same tools does not announce them a second time."""
+    return hashlib.sha256(tools_message(tools).content.encode()).hexdigest() if tools else ""
 
 
 def _arguments_text(arguments) -> str:

@@ -30,7 +30,7 @@ from ..oai.chat import ChatPlan, plan_chat
 from ..oai.generation import GenerationRun, run_as_sse
 from ..oai.reply import ReplyReader
 from ..oai.types import ChatCompletionRequest, ChatMessage
-from ..saved_states.use import saved_state
+from ..saved_states.use import read_tools, saved_state
 from ..serving import Serving
 from ..sse import EventStream
 from . import continuation
@@ -189,7 +189,8 @@ async def _open_turn(request: web.Request, serving: Serving, req: CreateResponse
     cont = await _continuation(serving, req, caller, tools)
     if cont.previous is not None:
         chat = msgspec.structs.replace(chat, model=cont.previous.model)
-    plan = await plan_chat(serving, chat, messages, announce_tools=cont.announce_tools)
+    plan = await plan_chat(serving, chat, messages, announce_tools=cont.announce_tools,
+                           read_tools=await read_tools(serving, request, req.state))
     if req.state is not None:
         cont = await _from_saved(serving, request, req, plan)
     seed = continuation.penalty_seed(cont.previous, messages, plan.options, plan.model.tokenizer)

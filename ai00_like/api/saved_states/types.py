@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
-from ..oai.types import ChatMessage, ChatTemplate, KeepAlive, StateRef
+from ..oai.types import ChatMessage, ChatTemplate, KeepAlive, NamedToolChoice, StateRef, ToolDef
 
 
 class SaveStateRequest(msgspec.Struct, kw_only=True):
     """Text to read once (`input`, raw as /states reads it) or chat `messages` (rendered as
-    chat renders them, without the assistant's prompt), from `state` (a saved state's id: a
-    fork) or the model's own."""
+    chat renders them, after `tools` as chat announces them, without the assistant's
+    prompt), from `state` (a saved state's id: a fork) or the model's own."""
 
     model: str | None = None
     input: str | list[str] | None = None
@@ -19,6 +21,8 @@ class SaveStateRequest(msgspec.Struct, kw_only=True):
     state: str | StateRef | None = None
     names: dict[str, str] | None = None  # as chat's: the speakers' names
     template: ChatTemplate | None = None  # as chat's
+    tools: list[ToolDef] | None = None  # as chat's: announced before the messages, as chat announces them
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None  # "none": not announced
     keep_alive: KeepAlive = None
 
 

@@ -65,6 +65,16 @@ async def find(serving, request: web.Request, state_id: str, param: str | None =
     return record
 
 
+async def read_tools(serving, request: web.Request, ref) -> str:
+    """The tools turn (oai.tools.tools_digest) the saved state `ref` names has read; "" when
+    it names none, or another kind of state. An unknown id is left for `load` to refuse."""
+    state_id = saved_id(ref)
+    if state_id is None or serving.responses is None:
+        return ""
+    record = await ask(serving.responses.saved.get, state_id, caller_of(request, serving.config.listen))
+    return record.tools if record is not None else ""
+
+
 async def load(serving, request: web.Request, state_id: str, model: ModelInfoEvent,
                param: str = "state") -> tuple[SavedStateRecord, State]:
     """The caller's saved state for a request on `model`, its last use marked now."""
