@@ -29,8 +29,10 @@ MAX_EXAMPLES = 200  # per route, in the fuzzing phase; the examples and coverage
 MIN_PER_ROUTE = MAX_EXAMPLES  # requests every route with parameters or a body must have had
 # Ollama's and Anthropic's routes translate their bodies onto the same planning and core as
 # OpenAI's, which the run above fuzzes: what is theirs alone is the translation, for which
-# fewer cases do (each of their generations costs as much as an OpenAI one).
-OTHER_APIS = r"^/api/(chat|generate|embed|embeddings|tags|ps|show|version|pull|create|copy|push|blobs)\b|^/v1/messages"
+# fewer cases do (each of their generations costs as much as an OpenAI one). The saved
+# states' routes are as thin: the same read as /states, then the response store.
+OTHER_APIS = (r"^/api/(chat|generate|embed|embeddings|tags|ps|show|version|pull|create|copy|push|blobs)\b|^/v1/messages"
+              r"|^/v1/saved_states")
 OTHER_EXAMPLES = 50
 # Not fuzzed: the other OpenAI prefixes (the same handlers as /v1), the status stream (an
 # SSE stream that never ends by design), unload (every later request would rightly get 503),
