@@ -69,7 +69,9 @@ import msgspec
 import numpy as np
 import redis
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# This tree's package before any installed one (a venv shared by several checkouts): the
+# servers run this tree (PYTHONPATH below), and the disk entry must be decoded by the same code.
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 import record  # noqa: E402
 from conversation import first_token_seconds  # noqa: E402
 from shapes import SHAPES, bf16_checkpoint  # noqa: E402
@@ -346,6 +348,16 @@ def one_round(r: int, args, model: Path, tokenizer, forced: int, store: Redis | 
 # ---------------------------------------------------------------------------------- the report
 
 
+def round_ratios(r: dict) -> dict:
+    cold, memory, disk = (r[c]["ttft_s"] for c in ("cold", "memory", "disk"))
+    ratios = {"memory/cold": memory / cold, "disk/cold": disk / cold}
+    if r["disk_entry"]:
+        ratios["disk/(memory+read)"] = disk / (memory + r["disk_entry"]["read_decode_s"])
+    if "shared" in r:
+        ratios["shared/cold"] = r["shared"]["ttft_s"] / cold
+    return ratios
+
+
 def summarise(rounds: list[dict], shared_on: bool) -> dict:
     """Medians over the rounds of each case and of the disk entry's read, and the ratios."""
     cases = [c for c in CASES if c in rounds[0]]
@@ -354,16 +366,14 @@ def summarise(rounds: list[dict], shared_on: bool) -> dict:
     entry = {"bytes": statistics.median(e["bytes"] for e in entries),
              "tokens": statistics.median(e["tokens"] for e in entries),
              "read_decode_s": statistics.median(e["read_decode_s"] for e in entries)} if entries else None
-    cold, memory, disk = (med[c]["ttft_s"] for c in ("cold", "memory", "disk"))
-    ratios = {"memory/cold": memory / cold, "disk/cold": disk / cold}
-    if entry:
-        ratios["disk/(memory+read)"] = disk / (memory + entry["read_decode_s"])
-    if "shared" in med:
-        ratios["shared/cold"] = med["shared"]["ttft_s"] / cold
+    # Each round's ratios, then their medians: a shared machine's speed moves between rounds
+    # (4x within one run), so a ratio of medians from different rounds compares unlike times.
+    each = [round_ratios(r) for r in rounds]
+    ratios = {k: statistics.median(e[k] for e in each) for k in each[0] if all(k in e for e in each)}
     # A shared tier that served the second server shows as cached tokens; none means it computed it all.
     shared = None if not shared_on else ("active" if med["shared"]["cached_tokens"] >= CHECKPOINT_INTERVAL
                                          else "none in this build: the second server computed the whole prompt")
-    return {"median": med, "disk_entry": entry, "ratios": ratios, "shared_tier": shared,
+    return {"median": med, "disk_entry": entry, "ratios": ratios, "round_ratios": each, "shared_tier": shared,
             "stop_s": statistics.median(r["stop_s"] for r in rounds),
             "entries_written": statistics.median(r["entries_written"] for r in rounds)}
 
@@ -390,6 +400,9 @@ def print_table(results: dict) -> None:
               f"{seconds(e['read_decode_s'])} (median of 3, page cache warm)")
     print(f"  clean stop: {seconds(s['stop_s'])}, {s['entries_written']:.0f} entries on disk after it")
     r = s["ratios"]
+    if n > 1:
+        print("  ratios: medians of the rounds' own (per round: " + "; ".join(
+            ", ".join(f"{v:.3f}" for v in e.values()) for e in s["round_ratios"]) + f" as {', '.join(r)})")
     print(f"  disk / cold = {r['disk/cold']:.4f} (goal at 1.5B: < 0.02)")
     if "disk/(memory+read)" in r:
         print(f"  disk / (memory + read) = {r['disk/(memory+read)']:.3f} (goal: <= 1.05)")
