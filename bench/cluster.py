@@ -34,7 +34,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,6 +47,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import engine  # noqa: E402
 import record  # noqa: E402
+from local import free_port  # noqa: E402
 from conversation import first_token_seconds  # noqa: E402
 
 from ai00_like.lb_config import haproxy_config  # noqa: E402
@@ -64,12 +64,6 @@ MODES = {
     "c": "Responses, other replica, state from Redis",
     "d": "Responses, other replica, state not stored",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(url: str, proc: subprocess.Popen, what: str, seconds: float = 300) -> None:

@@ -28,7 +28,6 @@ import json
 import os
 import queue
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from pathlib import Path
 import aiohttp
 import record
 from api_surfaces import compare_surfaces, print_surfaces
+from local import free_port
 
 from ai00_like.messages import (
     Cancel,
@@ -132,12 +132,6 @@ class Core:
 
 
 # ---------------------------------------------------------------------------------- through HTTP
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:

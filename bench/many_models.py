@@ -44,7 +44,6 @@ import queue
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -56,6 +55,7 @@ from pathlib import Path
 
 import aiohttp
 import record
+from local import free_port, note
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "assets" / "models"
@@ -75,17 +75,6 @@ LOADED = re.compile(r"model (\S+) loaded in ([0-9.]+) s")
 
 
 # ---------------------------------------------------------------------------------- servers
-
-
-def note(text: str) -> None:
-    """Progress, on stderr: stdout holds the tables and ends with the results' JSON line."""
-    print(text, file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def model_config() -> str:

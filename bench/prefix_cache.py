@@ -20,7 +20,7 @@ the World tokenizer; `--prefix-tokens`) followed by a short question of its own:
   usage (`prompt_tokens_details.cached_tokens`), not assumed.
 
 Also the disk entry that the disk case read: its file size and the time to read it and
-decode it (`disk_cache.decode_entry`) in this process, median of 3 (the page cache is
+decode it (`cache_tier.decode_entry`) in this process, median of 3 (the page cache is
 warm, as it was for the server's read). Ratios: disk/cold, disk/(memory + read),
 shared/cold; the goal is disk within 5% of memory + read and under 2% of cold at 1.5B.
 A hit resumes from the last checkpoint (`checkpoint_interval`, 256 tokens) inside the
@@ -54,7 +54,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import struct
 import subprocess
@@ -73,11 +72,12 @@ import redis
 # servers run this tree (PYTHONPATH below), and the disk entry must be decoded by the same code.
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 import record  # noqa: E402
+from local import free_port, note  # noqa: E402
 from conversation import first_token_seconds  # noqa: E402
 from shapes import SHAPES, bf16_checkpoint  # noqa: E402
 
-from ai00_like.backend.disk_cache import MAGIC as ENTRY_MAGIC  # noqa: E402
-from ai00_like.backend.disk_cache import SUFFIX, decode_entry  # noqa: E402
+from ai00_like.backend.cache_tier import MAGIC as ENTRY_MAGIC, decode_entry  # noqa: E402
+from ai00_like.backend.disk_cache import SUFFIX  # noqa: E402
 from ai00_like.response_store.state_blob import MAGIC as BLOB_MAGIC  # noqa: E402
 from ai00_like.rwkv.tokenizer import default_tokenizer_path, load_tokenizer  # noqa: E402
 
@@ -91,17 +91,6 @@ WORDS = ("file read write search query result name path folder user tool value l
          "string object array field return call error option default required optional format send "
          "message parameter description schema type boolean integer request response header body page "
          "image table column row key index limit offset filter order source target open close start stop").split()
-
-
-def note(text: str) -> None:
-    """Progress, on stderr: stdout holds the table and ends with the results' JSON line."""
-    print(text, file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------------------------- the prompt
