@@ -46,6 +46,10 @@ def save(name: str, results: dict, args, folder: Path = RESULTS) -> Path | None:
     }
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}-{record['date']}-{commit}.json"
+    for n in range(2, 100):  # another run of the same commit that day (another shape, say) is kept
+        if not path.exists():
+            break
+        path = folder / f"{name}-{record['date']}-{commit}-{n}.json"
     # default=str: a Path or a numpy scalar among the arguments or figures.
     path.write_text(json.dumps(record, indent=1, default=str) + "\n", encoding="utf-8")
     # On stderr: stdout's last line stays the results' JSON line, for whoever parses it.
