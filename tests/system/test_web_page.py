@@ -189,10 +189,12 @@ def test_stop_a_reply_mid_stream(page, server):
     page.click("#chat-stop")
     page.locator(".msg.assistant.done").wait_for()
     wait_idle(server)
-    # 4000 tokens of the demo model's word vocabulary would be some 20000 characters.
+    # 4000 tokens of the demo model's word vocabulary would be some 20000 characters. The
+    # demo model streams some 700 tokens a second, and on a busy machine the click reaches
+    # the server a second or two after the first words (a CI run saw 4409 characters).
     streamed = page.locator(".msg.assistant").evaluate("e => e.textContent")  # thinking included
     print("stopped reply:", len(streamed), "chars")
-    assert 20 < len(streamed) < 4000
+    assert 20 < len(streamed) < 10000
     # The demo model may open with a thought, shown folded under the reply: the reply is the rest.
     page.locator(".msg.assistant").evaluate("e => e.querySelector('details.thinking')?.remove()")
     text = page.locator(".msg.assistant").inner_text()
