@@ -182,7 +182,7 @@ def build(spec: ModelSpec, progress=None) -> LoadedModel:
     model = load_model(spec.path, spec.device, max_batch=spec.max_batch,
                        loras=[(lora.path, lora.alpha) for lora in spec.loras], progress=progress,
                        precision=spec.precision, quant=spec.quant, quant_type=spec.quant_type,
-                       quant_head=spec.quant_head)
+                       quant_head=spec.quant_head, warm_up="background")
     layers, kind = quantisation_of(model.tensors)  # a saved quantised model stays quantised
     spec = msgspec.structs.replace(spec, quant=layers, quant_type=kind) if layers else spec
     spec = msgspec.structs.replace(spec, quant_head=head_quantised(model.tensors))

@@ -19,6 +19,7 @@ import threading
 from ..messages import BackendCounters, Failed, Finished, GenerateJob
 from ..rwkv.batch import StepInput
 from ..sampler import sample_batch, warm_up_sampler
+from ..sampler.fused import fits as fits_sampler
 from .queries import Queries
 from .scheduler import Scheduler, TierRead
 from .sequence import Sequence
@@ -53,7 +54,9 @@ class Backend:
         self.queries = Queries(model, self.cache, token_chunk_size)
         self.steps = self.step_rows = self.step_tokens = 0
         self.prompt_tokens = self.generated_tokens = self.finished = 0
-        warm_up_sampler()
+        if fits_sampler(model.info.vocab):  # the compiled sampler takes only vocabularies it fits
+            background = not getattr(model, "kernels_ready", True)
+            warm_up_sampler(background=background, after=model.wait_for_kernels if background else None)
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 

@@ -35,6 +35,7 @@ def load_model(
     quant: int = 0,
     quant_type: str = "int8",
     quant_head: bool = False,
+    warm_up: str = "now",
 ) -> Model:
     """Load a checkpoint (format and version detected from the file) onto a backend.
 
@@ -54,6 +55,8 @@ def load_model(
     `quant_head` stores the head (the output matrix) as Int8 blocks too, on both backends:
     about half of a 16-bit head's bytes, read once per token.
     A saved quantised model loads back quantised as it was.
+    `warm_up` ("now" or "background") is the numpy backend's (CpuModel): "background" serves
+    on numpy and BLAS while the compiled kernels compile.
     `progress(done, total)` follows the preparation of the layers (where fp16/bf16 weights
     are converted).
     """
@@ -85,7 +88,7 @@ def load_model(
     precision = kept_precision(tensors, precision)
     check_fits(tensors, precision, path)  # before the first weight is converted or read
     return CpuModel(tensors, checkpoint.info, max_batch=max_batch, initial_state=initial, progress=progress,
-                    precision=precision, source=str(path))
+                    precision=precision, source=str(path), warm_up=warm_up)
 
 
 def check_device(device: str | int) -> None:

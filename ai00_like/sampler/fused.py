@@ -22,6 +22,7 @@ same token unless a cut falls within that of top_p.
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -40,8 +41,13 @@ DONE, NUMPY = 0, 1
 
 
 def fits(vocab: int) -> bool:
-    """Whether rows of this width can take the compiled path at all."""
-    return _compiled is not None and vocab >= MIN_VOCAB and vocab % BLOCKS == 0
+    """Whether rows of this width can take the compiled path (now: not while a background
+    warm-up compiles the kernel)."""
+    return _compiled is not None and _ready.is_set() and vocab >= MIN_VOCAB and vocab % BLOCKS == 0
+
+
+_ready = threading.Event()  # cleared while warm_up(background=True) compiles the kernel
+_ready.set()
 
 
 def sample(rows, penalties, top_k, top_p, temperature, uniform):
@@ -49,13 +55,7 @@ def sample(rows, penalties, top_k, top_p, temperature, uniform):
     token ids, ascending, and their float32 penalties; or None): returns (tokens, status)
     per row."""
     kernel, set_threads, get_threads = _compiled
-    given = [pair if pair is not None else _NONE for pair in penalties]
-    pen_start = np.zeros(len(rows) + 1, dtype=np.int64)
-    np.cumsum([ids.size for ids, _ in given], out=pen_start[1:])
-    pen_ids = np.concatenate([ids for ids, _ in given])
-    pen_values = np.concatenate([values for _, values in given])
-    tokens = np.empty(len(rows), dtype=np.int64)
-    status = np.empty(len(rows), dtype=np.int8)
+    args = _arguments(rows, penalties, top_k, top_p, temperature, uniform)
     threads = get_threads()
     with LAUNCH:
         # The cores go to numba when the step that made these rows did (ops.threads_for):
@@ -63,14 +63,27 @@ def sample(rows, penalties, top_k, top_p, temperature, uniform):
         # fights them (measured: 1 row 10x slower on two threads than on one).
         set_threads(threads if 1 < len(rows) <= SKINNY_ROWS else 1)
         try:
-            # One dtype per argument, whatever the caller's arrays hold (a temperature of 1
-            # from JSON is an int): each other combination would be compiled again, ~10 s.
-            kernel(as_matrix(rows), pen_ids.astype(np.int64, copy=False), pen_values.astype(np.float32, copy=False),
-                   pen_start, np.asarray(top_k, dtype=np.int64), np.asarray(top_p, dtype=np.float64),
-                   np.asarray(temperature, dtype=np.float64), np.asarray(uniform, dtype=np.float64), tokens, status)
+            kernel(*args)
         finally:
             set_threads(threads)
+    tokens, status = args[-2:]
     return tokens, status
+
+
+def _arguments(rows, penalties, top_k, top_p, temperature, uniform) -> tuple:
+    """The kernel's arguments, the last two (tokens, status) for it to fill."""
+    given = [pair if pair is not None else _NONE for pair in penalties]
+    pen_start = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum([ids.size for ids, _ in given], out=pen_start[1:])
+    pen_ids = np.concatenate([ids for ids, _ in given])
+    pen_values = np.concatenate([values for _, values in given])
+    tokens = np.empty(len(rows), dtype=np.int64)
+    status = np.empty(len(rows), dtype=np.int8)
+    # One dtype per argument, whatever the caller's arrays hold (a temperature of 1 from
+    # JSON is an int): each other combination would be compiled again, ~10 s.
+    return (as_matrix(rows), pen_ids.astype(np.int64, copy=False), pen_values.astype(np.float32, copy=False),
+            pen_start, np.asarray(top_k, dtype=np.int64), np.asarray(top_p, dtype=np.float64),
+            np.asarray(temperature, dtype=np.float64), np.asarray(uniform, dtype=np.float64), tokens, status)
 
 
 _NONE = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
@@ -94,15 +107,40 @@ def _address(array: np.ndarray) -> int:
     return array.__array_interface__["data"][0]
 
 
-def warm_up() -> None:
+def warm_up(background: bool = False, after=None) -> None:
     """Compile the kernel (or load it from numba's cache) now, not in the first request's
-    step: in a passing thread, for the reason in_passing_thread gives."""
-    if _compiled is None:
+    step: in a passing thread, for the reason in_passing_thread gives. `background`: return
+    at once; `fits` says no (rows take the numpy path) until a thread has called `after()`
+    (waiting for the model's own warm-up, whose launches hold jit.LAUNCH while they compile)
+    and compiled the kernel, without launching it (so without holding jit.LAUNCH)."""
+    if _compiled is None or (background and not _ready.is_set()):
         return
     row = np.zeros(MIN_VOCAB, dtype=np.float32)
     one = np.ones(1)
-    in_passing_thread(sample, [row], [None], np.full(1, 2), one, one, one * 0.5)
-    release_compiler_pages()  # what loading the kernel read back in
+    if not background:
+        in_passing_thread(sample, [row], [None], np.full(1, 2), one, one, one * 0.5)
+        release_compiler_pages()  # what loading the kernel read back in
+        return
+
+    def compile_it():
+        from numba import typeof
+
+        try:
+            if after is not None:
+                after()
+            args = _arguments([row], [None], np.full(1, 2), one, one, one * 0.5)
+            _compiled[0].compile(tuple(typeof(a) for a in args))
+            release_compiler_pages()
+        finally:
+            _ready.set()
+
+    _ready.clear()
+    threading.Thread(target=compile_it, name="ai00-like-sampler-kernel", daemon=True).start()
+
+
+def compiling() -> bool:
+    """Whether a background warm-up is compiling the kernel now."""
+    return not _ready.is_set()
 
 
 # Module-level kernels, compiled below where numba is: numba's on-disk cache keys a kernel

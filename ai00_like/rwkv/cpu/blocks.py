@@ -23,6 +23,7 @@ from .wkv import (
     wkv7_sequence,
     wkv7_step,
 )
+from .jit import kernels_on
 from .wkv_numba import wkv5_segments, wkv7_segments
 
 V7_DECAY_SCALE = 0.606531  # e^-1/2, as the reference writes it
@@ -184,7 +185,7 @@ class TimeMix7:
             v = v + (ctx.v_first - v) * sigmoid(self.v0 + linear(linear(xv, lora["v1"]), lora["v2"]))
         r3, k3, v3 = r.reshape(A, H, N), k.reshape(A, H, N), v.reshape(A, H, N)
         per_token = (r3, log_decay.reshape(A, H, N), k3, v3, -kappa, kappa * alpha.reshape(A, H, N))
-        if wkv7_segments is not None:
+        if wkv7_segments is not None and kernels_on():
             y = wkv7_segments(plan, states, *per_token)
         else:
             y = run_segments(plan, states, wkv7_step, wkv7_sequence, *per_token)
@@ -206,7 +207,7 @@ class ChannelMix7:
 
 def wkv5(plan, states, r, k, v, log_decay, bonus):
     """v5/v6's recurrence over a step's segments: compiled, or numpy's step and chunked forms."""
-    if wkv5_segments is not None:
+    if wkv5_segments is not None and kernels_on():
         return wkv5_segments(plan, states, r, k, v, log_decay, bonus)
     return run_segments(plan, states, lambda s, *a: wkv5_step(s, *a, bonus), lambda s, *a: wkv5_sequence(s, *a, bonus),
                         r, k, v, log_decay)

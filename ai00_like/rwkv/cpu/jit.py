@@ -33,6 +33,32 @@ SKINNY_ROWS = 64
 LAUNCH = threading.Lock()
 
 
+_mode = threading.local()  # .numpy_only: this thread's steps keep to numpy and BLAS for now
+
+
+def kernels_on() -> bool:
+    """Whether this thread may run the compiled kernels now: numba is there (the callers
+    check their kernel is not None) and the thread is not in `numpy_only` (a model serving
+    while its kernels compile in the background)."""
+    return not getattr(_mode, "numpy_only", False)
+
+
+class numpy_only:
+    """`with numpy_only(on):` this thread's calls take the numpy path where `on` (every
+    caller that picks compiled or numpy asks `kernels_on()`); the mode before, after."""
+
+    def __init__(self, on: bool = True):
+        self.on = on
+
+    def __enter__(self):
+        self.before = getattr(_mode, "numpy_only", False)
+        _mode.numpy_only = self.on or self.before
+        return self
+
+    def __exit__(self, *exc):
+        _mode.numpy_only = self.before
+
+
 def read_only(array):
     """A read-only view of `array` (no copy). numba compiles a kernel once per argument type,
     and a writable and a read-only array (a matrix converted at load, one mapped from its

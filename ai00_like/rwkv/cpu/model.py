@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -19,7 +20,7 @@ from ..weights import as_float32, embedding_rows, file_precision, stored
 from .arena import Arena
 from .blocks import Block, Context
 from .fused7 import DecodeLayers
-from .jit import in_passing_thread, release_compiler_pages
+from .jit import in_passing_thread, kernels_on, numpy_only, release_compiler_pages
 from .ops import SKINNY_ROWS, kernel_set, keeps_16bit, kernel_form, linear, pinned_blas_note, threads_for
 from .setup import prepare
 from .skinny import skinny_matmul
@@ -33,12 +34,15 @@ class CpuModel:
 
     def __init__(self, tensors: Mapping[str, np.ndarray], info: ModelInfo, max_batch: int = 1,
                  initial_state: State | None = None, progress: Callable[[int, int], None] | None = None,
-                 precision: str = "auto", source: str = "the model"):
+                 precision: str = "auto", source: str = "the model", warm_up: str = "now"):
         """`tensors` in the official layout. The projections and the head are kept in
         `precision` ("auto": as the file stores them, used in place; fp32, fp16 or bf16:
         converted here, layer by layer), everything else as fp32; the products widen 16-bit
         weights as they read them (ops.linear). `progress(done, total)` is called as the
-        layers are prepared."""
+        layers are prepared. `warm_up`: "now" compiles the kernels (or loads them from numba's
+        cache) before returning; "background" returns at once and steps on numpy and BLAS
+        until a background thread has compiled them (`kernels_ready`), dense weights only
+        (the packed forms have no numpy product: they warm up now)."""
         prepare()
         self.info = info
         self.precision = precision = kept_precision(tensors, precision)
@@ -66,17 +70,50 @@ class CpuModel:
         self._kernels_loaded: set[tuple] = set()  # the kernel sets (ops.kernel_set) of the steps so far
         if note := pinned_blas_note():
             log.warning(note)
-        if skinny_matmul is not None:
+        self._warming: threading.Thread | None = None
+        self.kernels_ready = skinny_matmul is None  # whether steps run the compiled kernels
+        self.warm_up_seconds: float | None = None
+        if skinny_matmul is not None and warm_up == "background" and not _packed(tensors):
+            # Served by numpy meanwhile: the backend's steps read kernels_ready once each,
+            # so a step runs on one path; the warm-up's launches take jit.LAUNCH as any do,
+            # and a numpy-only step takes none.
+            self._warming = threading.Thread(target=self._warm_up_in_background, name="ai00-like-kernels",
+                                             daemon=True)
+            self._warming.start()
+        elif skinny_matmul is not None:
             # numba compiles each kernel for the argument types it first sees (a read-only
             # mapped weight is a type of its own): a 2-slot step on a scratch pool does it
             # now, from numba's on-disk cache after the first run, not in the first batch
             # of requests; a single row too, for the fused layers.
             in_passing_thread(self._warm_up)
+            self.kernels_ready = True
 
     def _warm_up(self) -> None:
         pool = StatePool(self.info, 2)
-        self._step(pool, [StepInput(0, [0]), StepInput(1, [0])])
-        self._step(pool, [StepInput(0, [0])])
+        self._step(pool, [StepInput(0, [0]), StepInput(1, [0])], compiled=True)
+        self._step(pool, [StepInput(0, [0])], compiled=True)
+        if self._warming is not None:  # a prefill chunk's kernels too (the WKV kernel), not in a request's step
+            self._step(pool, [StepInput(0, [0, 0, 0])], compiled=True)
+
+    def _warm_up_in_background(self) -> None:
+        import time
+
+        start = time.perf_counter()
+        try:
+            self._warm_up()
+        except Exception:  # noqa: BLE001 — the numpy path goes on serving
+            log.exception("compiling the CPU kernels failed; the model stays on numpy and BLAS")
+            return
+        release_compiler_pages()
+        self.warm_up_seconds = time.perf_counter() - start
+        self.kernels_ready = True  # the backend's next step runs the compiled kernels
+        log.info("the CPU kernels are compiled (%.1f s); steps run them from now on", self.warm_up_seconds)
+
+    def wait_for_kernels(self, timeout: float | None = None) -> bool:
+        """Wait for a background warm-up; whether the compiled kernels are in use."""
+        if self._warming is not None:
+            self._warming.join(timeout)
+        return self.kernels_ready
 
     # ------------------------------------------------------------------ state API
 
@@ -113,7 +150,7 @@ class CpuModel:
         ids = np.asarray(tokens, dtype=np.intp)
         if not len(ids) or ids.min() < 0 or ids.max() >= self.info.vocab:
             raise ValueError(f"token ids must be in [0, {self.info.vocab}) and at least one")
-        with self._threads(len(ids)):
+        with numpy_only(not self.kernels_ready), self._threads(len(ids)):
             x = self._layers(ids, BatchPlan([(0, len(ids))]), pool)
         return layer_norm(x, *self.ln_out), pool.read(0)
 
@@ -121,7 +158,11 @@ class CpuModel:
         """One batched forward over the pool's slots; per input its wanted logits or None."""
         return self._step(self.pool, inputs)
 
-    def _step(self, pool: StatePool, inputs: Sequence[StepInput]) -> list[np.ndarray | None]:
+    def _step(self, pool: StatePool, inputs: Sequence[StepInput], compiled: bool | None = None) -> list[np.ndarray | None]:
+        with numpy_only(not (self.kernels_ready if compiled is None else compiled)):
+            return self._step_on(pool, inputs)
+
+    def _step_on(self, pool: StatePool, inputs: Sequence[StepInput]) -> list[np.ndarray | None]:
         layout = StepLayout(inputs, self.info.vocab, pool.size, pool.size)
         if not layout.active:
             return layout.results(None)
@@ -136,7 +177,7 @@ class CpuModel:
     def _kernels_used(self, kernels: tuple) -> None:
         """After the first step that ran this set of kernels (loading them, and LLVM with
         them), LLVM's pages can go again (jit.release_compiler_pages)."""
-        if kernels not in self._kernels_loaded and skinny_matmul is not None:
+        if kernels not in self._kernels_loaded and skinny_matmul is not None and kernels_on():
             self._kernels_loaded.add(kernels)
             log.debug("released %.0f MiB of LLVM's pages", release_compiler_pages() / 2**20)
 
@@ -146,7 +187,7 @@ class CpuModel:
     def _layers(self, ids: np.ndarray, plan: BatchPlan, pool: StatePool) -> np.ndarray:
         """The last layer's output of the step's rows: (A, C) for A = len(ids)."""
         x = layer_norm(embedding_rows(self.emb, ids), *self.ln0)
-        if self.fused is not None and len(plan.single_slots) == len(ids) <= SKINNY_ROWS:
+        if self.fused is not None and kernels_on() and len(plan.single_slots) == len(ids) <= SKINNY_ROWS:
             return self.fused(x, pool.layers(), plan)
         ctx = Context()
         for block, slots in zip(self.blocks, pool.layers()):
@@ -155,7 +196,7 @@ class CpuModel:
 
     def _head(self, x: np.ndarray) -> np.ndarray:
         x = layer_norm(x, *self.ln_out)
-        if x.shape[0] == 1 or x.shape[0] > SKINNY_ROWS or skinny_matmul is not None:
+        if x.shape[0] == 1 or x.shape[0] > SKINNY_ROWS or (skinny_matmul is not None and kernels_on()):
             return linear(x, self.head)
         # Without numba, a few rows against the vocabulary-sized head: in blocks of rows that
         # stay in cache with xᵀ, which OpenBLAS does ~20% faster than in one product.
@@ -164,6 +205,12 @@ class CpuModel:
         for start in range(0, self.head.shape[0], HEAD_BLOCK):
             np.matmul(self.head[start : start + HEAD_BLOCK], xt, out=out[start : start + HEAD_BLOCK])
         return np.ascontiguousarray(out.T)
+
+
+def _packed(tensors: Mapping[str, np.ndarray]) -> bool:
+    from ..quant import QuantisedMatrix
+
+    return any(isinstance(t, QuantisedMatrix) for t in tensors.values())
 
 
 def kept_precision(tensors: Mapping[str, np.ndarray], precision: str) -> str:

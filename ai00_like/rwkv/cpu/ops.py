@@ -12,6 +12,7 @@ import numpy as np
 
 from ..formats import as_float
 from .batched import batched_matmul
+from .jit import kernels_on
 from .forms import DENSE, FORMS, form_of, kernel_form  # noqa: F401 - kernel_form: with linear, for the blocks
 from .skinny import SKINNY_ROWS, skinny_matmul
 
@@ -40,7 +41,7 @@ def linear(x: np.ndarray, weight) -> np.ndarray:
     reused buffer for it (`_tiled_linear`).
     """
     form = form_of(weight)
-    if form is DENSE and weight.dtype != np.float32 and not keeps_16bit():
+    if form is DENSE and weight.dtype != np.float32 and not (keeps_16bit() and kernels_on()):
         weight = np.asarray(as_float(weight), dtype=np.float32)  # the model widens at load instead
     if form is DENSE and weight.dtype == np.float32:
         return _fp32_linear(x, weight)
@@ -57,7 +58,7 @@ def _fp32_linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
     if rows == 1 and not getattr(_cores, "numba", False):
         return (weight @ x[0])[None, :]
     if rows <= SKINNY_ROWS:
-        if skinny_matmul is not None and weight.flags.c_contiguous:
+        if skinny_matmul is not None and weight.flags.c_contiguous and kernels_on():
             return skinny_matmul(x, weight)
         return np.ascontiguousarray((weight @ x.T).T)
     return x @ weight.T
@@ -147,7 +148,7 @@ def threads_for(rows: int):
     (the WKV kernel, the widening of 16-bit tiles) on one thread. BLAS keeps the count of
     the last step between steps, so a run of decoding steps changes nothing.
     """
-    if skinny_matmul is None:
+    if skinny_matmul is None or not kernels_on():
         yield
         return
     import numba
