@@ -78,6 +78,7 @@ class LoadedModel:
             cache_entries=len(cache), cache_bytes=cache.bytes, counters=self.backend.counters(), tokenizer=self.tokenizer,
             disk_cache_bytes=sum(getattr(tier, "bytes", 0) for tier in cache.tiers),
             identity=self.identity, memory_bytes=self.memory_bytes, memory_kind=self.memory_kind,
+            kernels_compiling=not getattr(self.model, "kernels_ready", True),
         )
 
     def encode(self, text: str) -> tuple[int, ...]:

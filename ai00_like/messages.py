@@ -241,6 +241,7 @@ class BackendCounters(msgspec.Struct, frozen=True):
     cache_shared_writes: int = 0
     cache_shared_skipped: int = 0
     cache_shared_dropped: int = 0
+    numpy_steps: int = 0  # steps of a CPU model run on numpy while its compiled kernels were compiling
 
 
 class ModelInfoEvent(msgspec.Struct, frozen=True):
@@ -262,6 +263,7 @@ class ModelInfoEvent(msgspec.Struct, frozen=True):
     identity: str = ""  # the weights by content, not path (identity.py); empty from test builders
     memory_bytes: int = 0  # what it holds: weights in their loaded form, slot states, prefix cache's budget
     memory_kind: Literal["system", "video"] = "system"  # video: its weights are on a discrete GPU
+    kernels_compiling: bool = False  # a CPU model serving on numpy while its compiled kernels compile
 
 
 class LoadedModels(msgspec.Struct, frozen=True):

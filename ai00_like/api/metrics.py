@@ -175,6 +175,8 @@ _COUNTERS = (
     ("iteration_tokens", "Tokens through the model in steps (prefill chunks and decode tokens).",
      lambda t: t.step_tokens),
     ("state_cache_queries", "Prompts looked up in the prefix state cache.", lambda t: t.cache_queries),
+    ("iterations_numpy", "Steps of a CPU model run on numpy while its compiled kernels compiled.",
+     lambda t: t.numpy_steps),
 )
 
 
@@ -215,6 +217,8 @@ _GAUGES = (
     ("state_cache_usage_perc", "Cache bytes over its budget (0-1).",
      lambda s, t: s.cache_bytes / s.spec.cache_bytes if s and s.spec.cache_bytes else 0.0),
     ("model_loaded", "1 while the model is loaded.", lambda s, t: 1 if s else 0),
+    ("kernels_compiling", "1 while a CPU model serves on numpy as its compiled kernels compile.",
+     lambda s, t: 1 if s and s.kernels_compiling else 0),
     ("model_memory_bytes", "What the loaded model holds: weights, slot states and its prefix cache's budget.",
      lambda s, t: s.memory_bytes if s else 0),
 )

@@ -86,7 +86,8 @@ class Backend:
         return BackendCounters(
             steps=self.steps, step_rows=self.step_rows, step_tokens=self.step_tokens, prompt_tokens=self.prompt_tokens,
             generated_tokens=self.generated_tokens, finished=self.finished, cache_queries=cache.queries,
-            cache_hits=cache.hits, cache_hit_tokens=cache.hit_tokens, **tier_counters(cache))
+            cache_hits=cache.hits, cache_hit_tokens=cache.hit_tokens, **tier_counters(cache),
+            numpy_steps=getattr(self.model, "numpy_steps", 0))
 
     # ------------------------------------------------------------------ the loop
 

@@ -82,6 +82,16 @@ def compiler():
     return functools.partial(njit, parallel=True, fastmath=FASTMATH, cache=True, nogil=True), prange
 
 
+def warmed_marker(kind: str) -> Path | None:
+    """A file in the kernel cache's folder that says a warm-up of `kind` (a model's version
+    and precision) has filled the cache; None without numba or a folder of our own."""
+    if compiler() is None:
+        return None
+    from numba.core import config
+
+    return Path(config.CACHE_DIR) / f"warmed-{kind}" if config.CACHE_DIR else None
+
+
 def _cache_by_source() -> None:
     """Keep numba's on-disk cache in a folder named by a digest of every kernel source.
 

@@ -20,7 +20,7 @@ from ..weights import as_float32, embedding_rows, file_precision, stored
 from .arena import Arena
 from .blocks import Block, Context
 from .fused7 import DecodeLayers
-from .jit import in_passing_thread, kernels_on, numpy_only, release_compiler_pages
+from .jit import in_passing_thread, kernels_on, numpy_only, release_compiler_pages, warmed_marker
 from .ops import SKINNY_ROWS, kernel_set, keeps_16bit, kernel_form, linear, pinned_blas_note, threads_for
 from .setup import prepare
 from .skinny import skinny_matmul
@@ -73,7 +73,10 @@ class CpuModel:
         self._warming: threading.Thread | None = None
         self.kernels_ready = skinny_matmul is None  # whether steps run the compiled kernels
         self.warm_up_seconds: float | None = None
-        if skinny_matmul is not None and warm_up == "background" and not _packed(tensors):
+        self.numpy_steps = 0  # the pool's steps run on numpy while the kernels compiled (/metrics)
+        marker = warmed_marker(f"v{info.version}-{precision}")
+        cold = marker is not None and not marker.exists()  # a warm cache loads the kernels in ~1 s: no switch
+        if skinny_matmul is not None and warm_up == "background" and cold and not _packed(tensors):
             # Served by numpy meanwhile: the backend's steps read kernels_ready once each,
             # so a step runs on one path; the warm-up's launches take jit.LAUNCH as any do,
             # and a numpy-only step takes none.
@@ -87,6 +90,7 @@ class CpuModel:
             # of requests; a single row too, for the fused layers.
             in_passing_thread(self._warm_up)
             self.kernels_ready = True
+            _mark(marker)
 
     def _warm_up(self) -> None:
         pool = StatePool(self.info, 2)
@@ -105,6 +109,7 @@ class CpuModel:
             log.exception("compiling the CPU kernels failed; the model stays on numpy and BLAS")
             return
         release_compiler_pages()
+        _mark(warmed_marker(f"v{self.info.version}-{self.precision}"))
         self.warm_up_seconds = time.perf_counter() - start
         self.kernels_ready = True  # the backend's next step runs the compiled kernels
         log.info("the CPU kernels are compiled (%.1f s); steps run them from now on", self.warm_up_seconds)
@@ -159,7 +164,10 @@ class CpuModel:
         return self._step(self.pool, inputs)
 
     def _step(self, pool: StatePool, inputs: Sequence[StepInput], compiled: bool | None = None) -> list[np.ndarray | None]:
-        with numpy_only(not (self.kernels_ready if compiled is None else compiled)):
+        on_numpy = not (self.kernels_ready if compiled is None else compiled)  # read once: one path a step
+        if on_numpy and skinny_matmul is not None and pool is self.pool:
+            self.numpy_steps += 1
+        with numpy_only(on_numpy):
             return self._step_on(pool, inputs)
 
     def _step_on(self, pool: StatePool, inputs: Sequence[StepInput]) -> list[np.ndarray | None]:
@@ -205,6 +213,14 @@ class CpuModel:
         for start in range(0, self.head.shape[0], HEAD_BLOCK):
             np.matmul(self.head[start : start + HEAD_BLOCK], xt, out=out[start : start + HEAD_BLOCK])
         return np.ascontiguousarray(out.T)
+
+
+def _mark(marker) -> None:
+    try:
+        if marker is not None:
+            marker.touch()
+    except OSError:
+        pass
 
 
 def _packed(tensors: Mapping[str, np.ndarray]) -> bool:
