@@ -118,6 +118,10 @@ class DecodeLayers:
         v_first = np.empty_like(rows)
         for i, (weights, parts) in enumerate(zip(self.weights, layers)):
             args = (rows, SlotState(slots, parts.att_shift, parts.wkv, parts.ffn_shift), v_first, i == 0, weights)
+            if self._entries[i] is None:
+                # Compiled (or loaded from the cache) before taking LAUNCH: a compile takes
+                # ~35 s cold, and a model serving beside this one would wait that long.
+                _layer.compile(tuple(_layer.typeof_pyval(a) for a in args))
             with LAUNCH:
                 self._run(i, args)
         return rows
