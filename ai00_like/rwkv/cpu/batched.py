@@ -18,7 +18,7 @@ import numpy as np
 
 from . import intrinsics
 from .forms import form_of_type
-from .jit import LAUNCH
+from .jit import launch
 from .skinny import AHEAD_ROWS, block4, four_rows_times_row, four_rows_times_x, row_times_x
 
 prange = range  # numba's where it compiles the kernel below
@@ -65,8 +65,7 @@ def batched_matmul(x: np.ndarray, w) -> np.ndarray:
     """x [M, K] · Wᵀ → [M, N] for a decoding batch, W in a packed form."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
-    with LAUNCH:
-        block_kernel(w, x, out)
+    launch(block_kernel, w, x, out)
     return out
 
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..quant import BLOCK, QuantisedMatrix
 from . import intrinsics, vector_dots
-from .jit import LAUNCH, read_only
+from .jit import launch, read_only
 from .skinny import ROW_X_BYTES
 from .weight_form import WeightForm
 
@@ -190,16 +190,14 @@ def int8_matmul(x: np.ndarray, w: PackedInt8) -> np.ndarray:
     x = np.ascontiguousarray(x, dtype=np.float32)
     xsum = x.reshape(x.shape[0], -1, INT8_BLOCK).sum(axis=2)
     out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
-    with LAUNCH:
-        int8_kernel(w.q, w.bounds, x, xsum, out)
+    launch(int8_kernel, w.q, w.bounds, x, xsum, out)
     return out
 
 
 def int8_rows(w: PackedInt8, first: int, out: np.ndarray) -> np.ndarray:
     """Rows [first, first + len(out)) of W as float32, into `out`."""
     last = first + out.shape[0]
-    with LAUNCH:
-        dequantise(w.q[first:last], w.bounds[first:last], out)
+    launch(dequantise, w.q[first:last], w.bounds[first:last], out)
     return out
 
 

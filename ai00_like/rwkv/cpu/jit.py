@@ -59,6 +59,27 @@ class numpy_only:
         _mode.numpy_only = self.before
 
 
+class compiling_ahead:
+    """`with compiling_ahead():` this thread's `launch`es compile their kernel for the call's
+    types before taking LAUNCH: a background warm-up, whose compiles take seconds to a
+    minute cold, so that a model served beside it does not wait for them at the lock."""
+
+    def __enter__(self):
+        _mode.compile_ahead = True
+        return self
+
+    def __exit__(self, *exc):
+        _mode.compile_ahead = False
+
+
+def launch(kernel, *args):
+    """kernel(*args) under LAUNCH (numba's dispatcher compiles on a call's first types)."""
+    if getattr(_mode, "compile_ahead", False):
+        kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+    with LAUNCH:
+        return kernel(*args)
+
+
 def read_only(array):
     """A read-only view of `array` (no copy). numba compiles a kernel once per argument type,
     and a writable and a read-only array (a matrix converted at load, one mapped from its

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -20,7 +21,7 @@ from ..weights import as_float32, embedding_rows, file_precision, stored
 from .arena import Arena
 from .blocks import Block, Context
 from .fused7 import DecodeLayers
-from .jit import in_passing_thread, kernels_on, numpy_only, release_compiler_pages, warmed_marker
+from .jit import compiling_ahead, in_passing_thread, kernels_on, numpy_only, release_compiler_pages, warmed_marker
 from .ops import SKINNY_ROWS, kernel_set, keeps_16bit, kernel_form, linear, pinned_blas_note, threads_for
 from .setup import prepare
 from .skinny import skinny_matmul
@@ -100,11 +101,10 @@ class CpuModel:
             self._step(pool, [StepInput(0, [0, 0, 0])], compiled=True)
 
     def _warm_up_in_background(self) -> None:
-        import time
-
         start = time.perf_counter()
         try:
-            self._warm_up()
+            with compiling_ahead():  # compiles outside jit.LAUNCH: a model served beside this one goes on
+                self._warm_up()
         except Exception:  # noqa: BLE001 — the numpy path goes on serving
             log.exception("compiling the CPU kernels failed; the model stays on numpy and BLAS")
             return

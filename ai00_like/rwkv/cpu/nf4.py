@@ -36,7 +36,7 @@ import numpy as np
 
 from ..quant import BLOCK, NF4_LEVELS, QuantisedMatrix
 from . import intrinsics, vector_dots
-from .jit import LAUNCH, read_only
+from .jit import launch, read_only
 from .skinny import ROW_X_BYTES
 from .weight_form import WeightForm
 
@@ -190,16 +190,14 @@ def nf4_matmul(x: np.ndarray, w: PackedNF4) -> np.ndarray:
     """x [M, K] · Wᵀ → [M, N] for a few rows of x (a decoding batch)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
-    with LAUNCH:
-        nf4_kernel(w.q, w.absmax, NF4_LEVELS, x_by_code(x), out)
+    launch(nf4_kernel, w.q, w.absmax, NF4_LEVELS, x_by_code(x), out)
     return out
 
 
 def nf4_rows(w: PackedNF4, first: int, out: np.ndarray) -> np.ndarray:
     """Rows [first, first + len(out)) of W as float32, into `out`."""
     last = first + out.shape[0]
-    with LAUNCH:
-        dequantise(w.q[first:last], w.absmax[first:last], NF4_LEVELS, out)
+    launch(dequantise, w.q[first:last], w.absmax[first:last], NF4_LEVELS, out)
     return out
 
 

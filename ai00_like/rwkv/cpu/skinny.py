@@ -35,7 +35,7 @@ import numpy as np
 
 from ..formats import BF16
 from . import intrinsics, vector_dots
-from .jit import LAUNCH, SKINNY_ROWS, read_only
+from .jit import launch, SKINNY_ROWS, read_only
 
 
 def kernel_view(weight: np.ndarray) -> np.ndarray:
@@ -270,15 +270,13 @@ def skinny_matmul(x: np.ndarray, weight: np.ndarray, out: np.ndarray | None = No
     if out is None:
         out = np.empty((x.shape[0], weight.shape[0]), dtype=np.float32)
     x = np.ascontiguousarray(x, dtype=np.float32)
-    with LAUNCH:
-        skinny(kernel_view(weight), x, out)
+    launch(skinny, kernel_view(weight), x, out)
     return out
 
 
 def widen_rows(weight: np.ndarray, out: np.ndarray) -> np.ndarray:
     """Rows of a 16-bit weight matrix into a float32 array of their shape (`out`)."""
-    with LAUNCH:
-        widen_all(kernel_view(weight), out)
+    launch(widen_all, kernel_view(weight), out)
     return out
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .jit import LAUNCH, compiler, read_only
+from .jit import compiler, launch, read_only
 
 
 def _build():
@@ -62,13 +62,12 @@ def _build():
                         y[t, h, j] += ri * S[i, j] + rui * v[t, h, j]
                         S[i, j] = wi * S[i, j] + ki * v[t, h, j]
 
-    def launch(kernel, plan, states, per_token, extra=()):
+    def run_segments(kernel, plan, states, per_token, extra=()):
         args = [np.ascontiguousarray(x, dtype=np.float32) for x in per_token]
         if any(a.shape != args[0].shape for a in args) or states.dtype != np.float32:
             raise ValueError("WKV inputs must all be [rows, heads, head_size], states float32")  # no bounds checks inside
         y = np.empty_like(args[0])
-        with LAUNCH:
-            kernel(states, plan.slots, plan.starts, plan.stops, *args, *extra, y)
+        launch(kernel, states, plan.slots, plan.starts, plan.stops, *args, *extra, y)
         return y
 
     def wkv5_segments(plan, states, r, k, v, log_decay, u):
@@ -77,7 +76,7 @@ def _build():
         y[j] = Σ_i r[i]·(u[i]·k[i]·v[j] + S[i, j]);  S[i, j] ← decay[i]·S[i, j] + k[i]·v[j]
         """
         u = read_only(np.ascontiguousarray(np.broadcast_to(u, r.shape[1:]), dtype=np.float32))  # v5.0/5.1 store [H, 1]
-        return launch(kernel5, plan, states, (r, np.exp(log_decay), k, v), (u,))
+        return run_segments(kernel5, plan, states, (r, np.exp(log_decay), k, v), (u,))
 
     def wkv7_segments(plan, states, r, log_decay, k, v, a, b):
         """v7: `states` [B, H, N(value), N(key)], updated in place; the others are the stacked
@@ -85,7 +84,7 @@ def _build():
 
         S ← S·(diag(decay) + a bᵀ) + v kᵀ;  y = S r   (a = −κ̂, b = κ̂⊙α, k = k')
         """
-        return launch(kernel7, plan, states, (r, np.exp(log_decay), k, v, a, b))
+        return run_segments(kernel7, plan, states, (r, np.exp(log_decay), k, v, a, b))
 
     return wkv5_segments, wkv7_segments
 
