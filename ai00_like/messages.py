@@ -92,6 +92,7 @@ class ModelSpec(msgspec.Struct, frozen=True):
     quant: int = 0
     quant_type: str = "int8"
     quant_head: bool = False  # the head as Int8 blocks too
+    draft_tokens: int = 4  # speculative decoding's longest prompt-lookup draft (0: off)
     max_batch: int = 8
     token_chunk_size: int = 256
     loras: tuple[LoraSpec, ...] = ()
@@ -167,6 +168,7 @@ class Generate(msgspec.Struct, frozen=True):
     prefix: tuple[int, ...] = ()  # token ids read before the prompt's text (a stored conversation)
     keep_state: bool = False  # Finished carries the state and the tokens it holds (choice 0)
     model: str = ""  # the served name the request is for (middleware routes by it)
+    speculative: bool = True  # False: no drafts for this request (the model's draft_tokens otherwise)
 
 
 class Embed(msgspec.Struct, frozen=True):
@@ -242,6 +244,8 @@ class BackendCounters(msgspec.Struct, frozen=True):
     cache_shared_skipped: int = 0
     cache_shared_dropped: int = 0
     numpy_steps: int = 0  # steps of a CPU model run on numpy while its compiled kernels were compiling
+    draft_tokens: int = 0  # speculative decoding: draft tokens checked
+    draft_accepted: int = 0  # and of them, the model's own
 
 
 class ModelInfoEvent(msgspec.Struct, frozen=True):
@@ -358,6 +362,7 @@ class GenerateJob(msgspec.Struct, frozen=True):
     partition: str = ""  # which initial state: prefix-cache entries are never shared across them
     initial_state: State | None = None  # None: the model's own
     keep_state: bool = False
+    draft_tokens: int = 0  # speculative decoding: the longest draft a step checks (0: none)
 
 
 class EmbedJob(msgspec.Struct, frozen=True):

@@ -245,6 +245,7 @@ class Middleware:
             tokens=tuple(tokens), samplers=samplers, reply=request.reply, cancel=request.cancel,
             max_tokens=request.max_tokens, stop=request.stop, stop_on_eos=request.stop_on_eos,
             partition=partition, initial_state=initial, keep_state=request.keep_state,
+            draft_tokens=loaded.spec.draft_tokens if request.speculative else 0,
         ))
 
 

@@ -177,6 +177,9 @@ _COUNTERS = (
     ("state_cache_queries", "Prompts looked up in the prefix state cache.", lambda t: t.cache_queries),
     ("iterations_numpy", "Steps of a CPU model run on numpy while its compiled kernels compiled.",
      lambda t: t.numpy_steps),
+    ("draft_tokens", "Speculative decoding: prompt-lookup draft tokens checked.", lambda t: t.draft_tokens),
+    ("draft_accepted_tokens", "Speculative decoding: draft tokens that were the model's own (each saved a step).",
+     lambda t: t.draft_accepted),
 )
 
 

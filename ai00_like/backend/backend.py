@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 
 from ..messages import BackendCounters, Failed, Finished, GenerateJob
 from ..rwkv.batch import StepInput
@@ -23,6 +24,7 @@ from ..sampler.fused import fits as fits_sampler
 from .queries import Queries
 from .scheduler import Scheduler, TierRead
 from .sequence import Sequence
+from .speculation import Speculation
 from .state_cache import StateCache
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,7 @@ class Backend:
         self.scheduler = Scheduler(model, self.cache, token_chunk_size=token_chunk_size,
                                    checkpoint_interval=checkpoint_interval, post=self.inbox.put)
         self.queries = Queries(model, self.cache, token_chunk_size)
+        self.speculation = Speculation(model)
         self.steps = self.step_rows = self.step_tokens = 0
         self.prompt_tokens = self.generated_tokens = self.finished = 0
         if fits_sampler(model.info.vocab):  # the compiled sampler takes only vocabularies it fits
@@ -87,7 +90,8 @@ class Backend:
             steps=self.steps, step_rows=self.step_rows, step_tokens=self.step_tokens, prompt_tokens=self.prompt_tokens,
             generated_tokens=self.generated_tokens, finished=self.finished, cache_queries=cache.queries,
             cache_hits=cache.hits, cache_hit_tokens=cache.hit_tokens, **tier_counters(cache),
-            numpy_steps=getattr(self.model, "numpy_steps", 0))
+            numpy_steps=getattr(self.model, "numpy_steps", 0), draft_tokens=self.speculation.drafted,
+            draft_accepted=self.speculation.accepted)
 
     # ------------------------------------------------------------------ the loop
 
@@ -145,10 +149,15 @@ class Backend:
     def _step(self) -> None:
         scheduler = self.scheduler
         ready = [s for s in scheduler.running if not s.pending and s.logits is not None]
+        self.speculation.propose(scheduler.running)
         plan = scheduler.plan()
         if plan:
-            inputs = [StepInput(s.slot, chunk, "last" if len(chunk) == len(s.pending) else "none") for s, chunk in plan]
+            inputs = [self.speculation.step_input(s, chunk) if s.draft else
+                      StepInput(s.slot, chunk, "last" if len(chunk) == len(s.pending) else "none") for s, chunk in plan]
+            decoding, started = all(s.decoding for s, _ in plan), time.perf_counter()
             outputs = self.model.step(inputs)
+            if decoding:  # what a decoding step costs by its rows: where drafts pay (speculation.py)
+                self.speculation.costs.observe(sum(len(c) for _, c in plan), time.perf_counter() - started)
             self.steps += 1
             self.step_rows += len(plan)
             self.step_tokens += sum(len(c) for _, c in plan)
@@ -161,21 +170,25 @@ class Backend:
             self._sample(ready)
 
     def _sample(self, seqs: list[Sequence]) -> None:
-        result = sample_batch([s.sampler for s in seqs], [s.logits for s in seqs])
+        # Sequences with a draft sample again while they sample the draft's tokens (speculation.py).
+        ended = self.speculation.check(seqs, self._sample_round)
+        # Every token of the step goes out before the ended sequences' states are copied
+        # into the cache.
+        for seq, reason in ended:
+            self._finish(seq, reason)
+
+    def _sample_round(self, seqs: list[Sequence], rows: list) -> list[str | None]:
+        """One token for each of `seqs` from its row of logits; why each ended (None: it goes on)."""
+        result = sample_batch([s.sampler for s in seqs], rows)
         token_bytes = self.tokenizer.token_bytes
-        ended = []
+        reasons = []
         for n, seq in enumerate(seqs):
             token = int(result.tokens[n])
             logprob = (float(result.logprobs[n]),) if seq.sampler.options.wants_logprobs else ()
             top = (tuple(result.top_logprobs[n]),) if result.top_logprobs and result.top_logprobs[n] else ()
             self.generated_tokens += 1
-            reason = seq.accept(token, token_bytes(token), logprob, top)
-            if reason is not None:
-                ended.append((seq, reason))
-        # Every token of the step goes out before the ended sequences' states are copied
-        # into the cache.
-        for seq, reason in ended:
-            self._finish(seq, reason)
+            reasons.append(seq.accept(token, token_bytes(token), logprob, top))
+        return reasons
 
     # ------------------------------------------------------------------ ending
 

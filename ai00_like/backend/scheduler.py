@@ -137,9 +137,11 @@ class Scheduler:
 
     def plan(self) -> list[tuple[Sequence, list[int]]]:
         active = [s for s in self.slots if s is not None and s.pending]
-        singles = [s for s in active if len(s.pending) == 1]
-        prefills = [s for s in active if len(s.pending) > 1]
-        plan = [(s, s.pending[:1]) for s in singles]
+        # A decoding sequence reads its token (and a draft, or the tokens a failed one read
+        # again) in one piece: speculation.py keeps that within a step's room.
+        singles = [s for s in active if len(s.pending) == 1 or s.decoding]
+        prefills = [s for s in active if len(s.pending) > 1 and not s.decoding]
+        plan = [(s, list(s.pending)) for s in singles]
         # Share the rest among prefilling slots, shortest first, so short prompts finish in
         # one step beside a long one. A chunk never crosses a checkpoint boundary, so cache
         # checkpoints land at fixed positions whatever the batch looked like.
@@ -147,7 +149,7 @@ class Scheduler:
         for s in prefills:
             to_boundary = self.checkpoint_interval - len(s.fed) % self.checkpoint_interval
             limits[id(s)] = min(len(s.pending), to_boundary)
-        left = max(self.token_chunk_size - len(singles), 1)
+        left = max(self.token_chunk_size - sum(len(c) for _, c in plan), 1)
         for n, s in enumerate(sorted(prefills, key=lambda s: limits[id(s)])):
             take = min(limits[id(s)], max(1, left // (len(prefills) - n)))
             if take <= 0 or left <= 0:

@@ -32,6 +32,16 @@ class Sequence:
         self.hit: CacheEntry | None = None  # set when admitted straight from a filled reservation
         self.tier = 0  # the next of the cache's tiers below memory to ask for a longer prefix
         self.hit_from = "memory"  # where `hit`'s state came from (the metrics count hits by tier)
+        # Speculative decoding (speculation.py): the draft at the end of `pending`, the slot's
+        # state and len(fed) from before the step that checks it, and the drafts' source.
+        self.draft: list[int] = []
+        self.snapshot: tuple | None = None
+        self.drafter = None
+
+    @property
+    def decoding(self) -> bool:
+        """Whether the prompt is read: what `pending` holds are sampled tokens (and a draft)."""
+        return len(self.fed) >= len(self.prompt)
 
     @property
     def cancelled(self) -> bool:
@@ -53,6 +63,8 @@ class Sequence:
         ends ("stop", "length"), or None when `token` is to be fed next."""
         self.generated += 1
         self.last_token = token
+        if self.drafter is not None:
+            self.drafter.extend((token,))
         if token == 0 and self.job.stop_on_eos:
             self._emit(self.text.finish(), ())
             return "stop"

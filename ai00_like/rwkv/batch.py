@@ -13,13 +13,15 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
-Want = Literal["none", "last", "all"]
+Want = Literal["none", "last", "all"] | int
 
 
 class StepInput(NamedTuple):
     slot: int
     tokens: Sequence[int]
-    want: Want = "last"  # which logits to return: none, the last token's, or every token's
+    # Which logits to return: none, the last token's, every token's, or (an int n) the last
+    # n tokens' (a speculative step's: its draft's and the token before it).
+    want: Want = "last"
 
 
 class BatchPlan:
@@ -75,13 +77,14 @@ class StepLayout:
             raise ValueError(f"token ids must be in [0, {vocab})")
         self.plan = BatchPlan([(i.slot, len(i.tokens)) for i in self.active])
         for i, start, stop in zip(self.active, self.plan.starts, self.plan.stops):
-            rows = range(start, stop) if i.want == "all" else [stop - 1] if i.want == "last" else []
+            rows = range(start, stop) if i.want == "all" else [stop - 1] if i.want == "last" else \
+                range(max(start, stop - i.want), stop) if isinstance(i.want, int) else []
             self._where.append((len(self.wanted), len(rows)))
             self.wanted.extend(rows)
 
     def results(self, logits: np.ndarray | None) -> list[np.ndarray | None]:
         """Per input its logits (`logits`: the wanted rows'): one row for "last", all its rows
-        for "all", None for "none" and for an input without tokens."""
+        for "all" (its last n for n), None for "none" and for an input without tokens."""
         results: list[np.ndarray | None] = [None] * len(self.inputs)
         where = iter(self._where)
         for n, i in enumerate(self.inputs):
@@ -90,6 +93,6 @@ class StepLayout:
             offset, count = next(where)
             if i.want == "last":
                 results[n] = logits[offset]
-            elif i.want == "all":
+            elif i.want == "all" or isinstance(i.want, int):
                 results[n] = logits[offset : offset + count]
         return results

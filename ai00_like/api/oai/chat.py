@@ -117,7 +117,8 @@ async def chat_completions(request: web.Request, serving: Serving):
     n = req.n or 1
 
     run = GenerationRun(serving, model, [plan.rendered.prompt], n=n, options=plan.options, max_tokens=plan.budget,
-                        stop=plan.stop, model_text=plan.rendered.model_text, state=state)
+                        stop=plan.stop, model_text=plan.rendered.model_text, state=state,
+                        speculative=req.speculative is not False)
     ident, created, fp = new_id("chatcmpl"), now(), fingerprint(model)
     with_logprobs = plan.options.wants_logprobs
 

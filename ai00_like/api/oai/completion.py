@@ -112,7 +112,8 @@ async def completions(request: web.Request, serving: Serving):
         return Completion(id=ident, created=created, model=model.name, system_fingerprint=fp, choices=choices,
                           usage=usage)
 
-    run = GenerationRun(serving, model, prompts, n=n, options=options, max_tokens=budget, stop=stop, state=state)
+    run = GenerationRun(serving, model, prompts, n=n, options=options, max_tokens=budget, stop=stop, state=state,
+                        speculative=req.speculative is not False)
     if req.stream:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         fmt = CompletionStream(ident, created, model.name, fp, echoes, model.tokenizer, with_logprobs)

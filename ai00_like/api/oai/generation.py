@@ -91,7 +91,7 @@ class GenerationRun:
 
     def __init__(self, serving: Serving, model: ModelInfoEvent, prompts: list[str], *, n: int,
                  options: SamplingOptions, max_tokens: int, stop: tuple[str, ...], model_text: str | TokenCounts = "",
-                 state=None, prefix: tuple[int, ...] = (), keep_state: bool = False):
+                 state=None, prefix: tuple[int, ...] = (), keep_state: bool = False, speculative: bool = True):
         self.model, self.n, self.prompts = model, n, prompts
         # A request the middleware refuses while a state was named is about that state.
         self.failure_param = "state" if state is not None else None
@@ -110,7 +110,7 @@ class GenerationRun:
                 max_tokens=max_tokens, stop=stop, n=n, state=state, prefix=prefix,
                 model_text=model_text if isinstance(model_text, str) else "",
                 model_counts=model_text if isinstance(model_text, TokenCounts) else None,
-                keep_state=keep_state, model=model.name,
+                keep_state=keep_state, model=model.name, speculative=speculative,
             ))
 
     @property

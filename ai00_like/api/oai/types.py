@@ -143,6 +143,7 @@ class SamplingFields(msgspec.Struct, kw_only=True):
     user: str | None = None
     response_format: ResponseFormat | None = None
     bnf_schema: str | None = None  # Ai00: a KBNF grammar the output must follow
+    speculative: bool | None = None  # ours: false turns speculative decoding (prompt-lookup drafts) off
 
 
 class ChatCompletionRequest(SamplingFields, kw_only=True):

@@ -111,9 +111,12 @@ class DecodeLayers:
         return layers if all(w is not None for w in layers.weights) else None
 
     def __call__(self, x: np.ndarray, layers, plan) -> np.ndarray:
-        """x [M, C] through every layer, row m for slot plan.slots[m] (a plan of one token a
-        slot); `layers` are the pool's LayerSlots per layer."""
-        slots = np.ascontiguousarray(plan.slots, dtype=np.int64)
+        """x [M, C] through every layer, plan's segments in order (a decoding step: a token a
+        slot, or a few of one slot's); `layers` are the pool's LayerSlots per layer."""
+        if len(plan.single_slots) == len(x):
+            slots = np.ascontiguousarray(plan.slots, dtype=np.int64)
+        else:
+            slots = np.repeat(plan.slots, plan.stops - plan.starts).astype(np.int64)
         rows = np.array(x, dtype=np.float32)
         v_first = np.empty_like(rows)
         for i, (weights, parts) in enumerate(zip(self.weights, layers)):

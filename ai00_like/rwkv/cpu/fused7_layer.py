@@ -1,6 +1,7 @@
 """The compiled v7 layer that fused7.py runs: blocks.py's Block, TimeMix7 and ChannelMix7 for
-rows that are each the next token of their own slot, in the same order and in fp32,
-written out row by row (`layer`, `time_mix7`, `channel_mix7`).
+a decoding step's rows, in the same order and in fp32, written out row by row (`layer`,
+`time_mix7`, `channel_mix7`). A row is the next token of its slot; a slot may have a few
+consecutive rows (a speculative step's), which the token shift and the WKV take in order.
 
 fused7.py imports this module only where numba is. Its functions are module-level and
 find each other as globals: numba keys its on-disk cache on a function's closure too, and
@@ -116,28 +117,37 @@ def empty_rows(M, C):  # pragma: no cover - compiled by numba
 
 @_tools.jit
 def wkv(S, slots, r, decay, k, v, a, b, y):  # pragma: no cover - compiled by numba
-    """wkv_numba.kernel7 for one token a row: S [B, H, N(value), N(key)], row m's state
-    S[slots[m]] updated in place, the rows [M, C] read as [M, H, N]: indexed by the loops'
-    own variables, which numba knows are not negative (as a[m, h * N + j] they were
-    checked for wrapping around, and the loops ran 8 times slower)."""
+    """wkv_numba.kernel7 for the rows: S [B, H, N(value), N(key)], row m's state S[slots[m]]
+    updated in place, the rows [M, C] read as [M, H, N]: indexed by the loops' own
+    variables, which numba knows are not negative (as a[m, h * N + j] they were checked
+    for wrapping around, and the loops ran 8 times slower). Consecutive rows of one slot
+    (a speculative step's tokens) go in order, each from the state the one before left."""
     M = r.shape[0]
     H, N = S.shape[1], S.shape[2]
     r3, d3, k3, v3 = r.reshape(M, H, N), decay.reshape(M, H, N), k.reshape(M, H, N), v.reshape(M, H, N)
     a3, b3, y3 = a.reshape(M, H, N), b.reshape(M, H, N), y.reshape(M, H, N)
-    for task in prange(M * H):
-        m, h = task // H, task % H
-        Sh = S[slots[m], h]
-        for i in range(N):
-            sa = np.float32(0.0)
-            for j in range(N):
-                sa += Sh[i, j] * a3[m, h, j]
-            vi = v3[m, h, i]
-            acc = np.float32(0.0)
-            for j in range(N):
-                s = Sh[i, j] * d3[m, h, j] + sa * b3[m, h, j] + vi * k3[m, h, j]
-                Sh[i, j] = s
-                acc += s * r3[m, h, j]
-            y3[m, h, i] = acc
+    starts = np.empty(M + 1, dtype=np.int64)  # the first row of each run of one slot's rows
+    runs = 0
+    for m in range(M):
+        if m == 0 or slots[m] != slots[m - 1]:
+            starts[runs] = m
+            runs += 1
+    starts[runs] = M
+    for task in prange(runs * H):
+        run, h = task // H, task % H
+        Sh = S[slots[starts[run]], h]
+        for m in range(starts[run], starts[run + 1]):
+            for i in range(N):
+                sa = np.float32(0.0)
+                for j in range(N):
+                    sa += Sh[i, j] * a3[m, h, j]
+                vi = v3[m, h, i]
+                acc = np.float32(0.0)
+                for j in range(N):
+                    s = Sh[i, j] * d3[m, h, j] + sa * b3[m, h, j] + vi * k3[m, h, j]
+                    Sh[i, j] = s
+                    acc += s * r3[m, h, j]
+                y3[m, h, i] = acc
 
 
 @inlined

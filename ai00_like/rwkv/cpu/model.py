@@ -195,7 +195,7 @@ class CpuModel:
     def _layers(self, ids: np.ndarray, plan: BatchPlan, pool: StatePool) -> np.ndarray:
         """The last layer's output of the step's rows: (A, C) for A = len(ids)."""
         x = layer_norm(embedding_rows(self.emb, ids), *self.ln0)
-        if self.fused is not None and kernels_on() and len(plan.single_slots) == len(ids) <= SKINNY_ROWS:
+        if self.fused is not None and kernels_on() and len(ids) <= SKINNY_ROWS and _decoding(plan):
             return self.fused(x, pool.layers(), plan)
         ctx = Context()
         for block, slots in zip(self.blocks, pool.layers()):
@@ -221,6 +221,17 @@ def _mark(marker) -> None:
             marker.touch()
     except OSError:
         pass
+
+
+# The longest run of one slot's tokens a fused decoding step takes: a speculative step's token
+# and its draft. Longer runs are prompts, which the blocks run (chunks of more than
+# SKINNY_ROWS with OpenBLAS).
+FUSED_RUN = 17
+
+
+def _decoding(plan: BatchPlan) -> bool:
+    """Whether a step's segments are all a decoding step's (a token, or a token and its draft)."""
+    return len(plan.single_slots) == len(plan.slots) or int((plan.stops - plan.starts).max()) <= FUSED_RUN
 
 
 def _packed(tensors: Mapping[str, np.ndarray]) -> bool:

@@ -1,0 +1,152 @@
+"""Speculative decoding benchmark: one stream's decoding rate with prompt-lookup drafts against
+the same request without them (`speculative: false`), in the same run, through the serving
+core (Middleware and Backend, as the HTTP tier drives them).
+
+* the demo model, greedy, batch 1: a copying task (it repeats a text it has begun to
+  repeat) and a chat that copies nothing; the replies must be the same tokens.
+* the mechanics at a larger shape (seeded bf16 `.pth`, default 0.1B; `--shape 1.5B`):
+  drafts forced to be accepted 100%, 50% (the first half of each draft) and 0%, from
+  the plain run's own greedy tokens, with k = 4.
+
+Rounds alternate plain and speculative runs; medians are printed as tokens/s after the
+first token (the prompt's prefill left out) and their ratio, then saved as JSON.
+
+    .venv/bin/python bench/speculative.py [--rounds 3] [--tokens 128] [--shape 0.1B]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import statistics
+import time
+from pathlib import Path
+
+import record
+from local import note
+from shapes import bf16_checkpoint
+
+from ai00_like.backend import speculation
+from ai00_like.backend.drafts import Drafter
+from ai00_like.messages import Cancel, Failed, Finished, Generate, Load, Loaded, ModelSpec, TextPiece
+from ai00_like.middleware import Middleware
+from ai00_like.sampler import Nucleus, SamplingOptions
+
+MODELS = Path(__file__).resolve().parents[1] / "assets" / "models"
+GREEDY = SamplingOptions(sampler=Nucleus(temperature=0, presence_penalty=0, frequency_penalty=0))
+DOC = ("The quick brown fox jumps over the lazy dog. The rain in Spain stays mainly in the plain. "
+       "She sells sea shells by the sea shore. Peter Piper picked a peck of pickled peppers. ") * 4
+COPY = f"User: Repeat this text exactly: {DOC}\n\nAssistant: {DOC[:60]}"
+CHAT = "User: Tell me about the sea and the ships that sail on it.\n\nAssistant:"
+
+
+class Stream:
+    """One request's tokens and the time from its first token to its end."""
+
+    def __init__(self, mw: Middleware, prompt: str, max_tokens: int, speculative: bool):
+        self.events: queue.Queue = queue.Queue()
+        mw.send(Generate(prompt=prompt, reply=self.events.put, cancel=Cancel(), options=GREEDY,
+                         max_tokens=max_tokens, stop_on_eos=False, speculative=speculative))
+        self.tokens: list[int] = []
+        first = None
+        while True:
+            event = self.events.get(timeout=1200)
+            if isinstance(event, TextPiece) and event.tokens:
+                self.tokens.extend(event.tokens)
+                first = first or time.perf_counter()
+            elif isinstance(event, Failed):
+                raise SystemExit(f"request failed: {event.message}")
+            elif isinstance(event, Finished):
+                break
+        self.rate = (len(self.tokens) - 1) / (time.perf_counter() - first)
+
+
+def load(path: Path, tokenizer: str | None) -> Middleware:
+    mw, box = Middleware(), queue.Queue()
+    mw.send(Load(ModelSpec(path=str(path), tokenizer=tokenizer, max_batch=4, draft_tokens=4), box.put))
+    if not isinstance(box.get(timeout=1200), Loaded):
+        raise SystemExit(f"could not load {path}")
+    model = next(iter(mw.models.values())).model
+    if hasattr(model, "wait_for_kernels"):
+        model.wait_for_kernels()  # a cold kernel cache serves on numpy meanwhile: not what is measured
+    return mw
+
+
+def compare(mw: Middleware, prompt: str, tokens: int, rounds: int) -> dict:
+    """Plain and speculative runs of one greedy request, alternating; medians and sameness."""
+    Stream(mw, prompt, 4, False)  # the prompt's state into the prefix cache
+    plain, spec, same = [], [], True
+    for _ in range(rounds):
+        a, b = Stream(mw, prompt, tokens, False), Stream(mw, prompt, tokens, True)
+        plain.append(a.rate)
+        spec.append(b.rate)
+        same = same and a.tokens == b.tokens
+    backend = next(iter(mw.models.values())).backend.speculation
+    return {"plain_tps": statistics.median(plain), "speculative_tps": statistics.median(spec),
+            "ratio": statistics.median(spec) / statistics.median(plain), "same_tokens": same,
+            "drafted": backend.drafted, "accepted": backend.accepted}
+
+
+class ForcedDrafter(Drafter):
+    """Drafts from a known reply: right for the first `right` tokens of each, then wrong. How
+    long a draft, and whether to draft at all, is the backend's choice as for any draft."""
+
+    reply: list[int] = []
+    prompt_length = 0
+    right = 4
+
+    def draft(self, k: int) -> list[int]:
+        at = len(self.tokens) - self.prompt_length  # tokens of the reply the sequence has
+        truth = self.reply[at : at + k]
+        return [t if i < self.right else (t + 1) % 1000 for i, t in enumerate(truth)]
+
+
+def forced(mw: Middleware, prompt: str, tokens: int, rounds: int) -> dict:
+    reference = Stream(mw, prompt, tokens + 8, False)
+    loaded = next(iter(mw.models.values()))
+    ForcedDrafter.reply = reference.tokens
+    ForcedDrafter.prompt_length = len(loaded.encode(prompt))
+    speculation.Drafter = ForcedDrafter
+    results = {}
+    try:
+        for right, name in ((4, "100%"), (2, "50%"), (0, "0%")):
+            ForcedDrafter.right = right
+            note(f"forced drafts, {name} accepted")
+            results[name] = compare(mw, prompt, tokens, rounds)
+    finally:
+        speculation.Drafter = Drafter
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--shape", default="0.1B", help="the forced-draft mechanics' shape (bench/shapes.py)")
+    parser.add_argument("--no-save", action="store_true", help=record.NO_SAVE_HELP)
+    args = parser.parse_args()
+    results = {}
+    note("demo model")
+    mw = load(MODELS / "demo.st", str(MODELS / "demo_vocab.txt"))
+    try:
+        results["demo_copy"] = compare(mw, COPY, args.tokens, args.rounds)
+        results["demo_chat"] = compare(mw, CHAT, args.tokens, args.rounds)
+    finally:
+        mw.close()
+    note(f"{args.shape} shape, forced drafts")
+    mw = load(bf16_checkpoint(args.shape), None)
+    try:
+        results[f"forced_{args.shape}"] = forced(mw, CHAT, args.tokens, args.rounds)
+    finally:
+        mw.close()
+    print(f"{'run':<24} {'plain t/s':>10} {'spec t/s':>10} {'ratio':>7}  same")
+    for name, r in [("demo copy", results["demo_copy"]), ("demo chat", results["demo_chat"])] + \
+            [(f"{args.shape} forced {k}", v) for k, v in results[f"forced_{args.shape}"].items()]:
+        print(f"{name:<24} {r['plain_tps']:>10.1f} {r['speculative_tps']:>10.1f} {r['ratio']:>7.2f}  {r['same_tokens']}")
+    print(json.dumps(results))
+    record.save("speculative", results, args)
+
+
+if __name__ == "__main__":
+    main()
