@@ -87,6 +87,8 @@ def sample_one(row, penalty, top_k: int, top_p: float, temperature: float, unifo
     neither the thread settings nor the launch lock. Returns (tokens, status) as `sample`."""
     ids, values = penalty if penalty is not None else _NONE
     row = np.ascontiguousarray(row, dtype=np.float32)
+    if not row.flags.writeable:  # a read-only array is another type to numba: a compile mid-stream
+        row = row.copy()
     token, status = _row_kernel(row, ids.astype(np.int64, copy=False), values.astype(np.float32, copy=False),
                                 top_k, top_p, temperature, uniform)
     return (token,), (status,)

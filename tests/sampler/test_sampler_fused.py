@@ -98,3 +98,7 @@ def test_rows_given_as_a_list_of_views(monkeypatch):
     expected, _ = run([SamplingOptions()] * 4, 1, [logits], compiled=False, monkeypatch=monkeypatch)
     np.testing.assert_array_equal(picked, expected)
     np.testing.assert_array_equal(frozen, logits)  # not modified
+    # A lone read-only row (a cached prompt's logits) too.
+    alone, _ = run([SamplingOptions()], 1, [[frozen[1]]], compiled=True, monkeypatch=monkeypatch)
+    expected, _ = run([SamplingOptions()], 1, [[logits[1]]], compiled=False, monkeypatch=monkeypatch)
+    np.testing.assert_array_equal(alone, expected)
