@@ -6,7 +6,10 @@
   through the Middleware directly as tests/support/serving_helpers.py does (target ≥ 90% at 16);
 * the latency the HTTP tier adds to a 1-token request (median over repeats);
 * the same chat through Ollama's and Anthropic's routes against OpenAI's (bench/api_surfaces.py:
-  the translations' cost, target within 5%).
+  the translations' cost, target within 5%);
+* one streamed reply of the demo model (assets/models/demo.st) against the engine's own
+  batch-1 rate (bench/one_stream.py: the time each token spends outside the model, target
+  ≥ 0.8 of the engine's rate).
 
 The server runs as `ai00-like` in a subprocess (as users run it); the clients and the
 direct measurement run in this process, one after the other, never at the same time.
@@ -14,6 +17,7 @@ Uses a seeded v7 model of bench/engine.py's "quick" shape (L4, D256, World vocab
 written once to bench/.cache as safetensors. Prints a table and one JSON line.
 
     .venv/bin/python bench/http_tier.py [--tokens 64] [--repeats 20] [--rounds 3]
+                                        [--demo-tokens 512] [--demo-only]
 
 On a machine shared with other work, OpenBLAS's spinning threads make every figure
 erratic; `OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/http_tier.py` steadies both sides
@@ -40,6 +44,7 @@ import aiohttp
 import record
 from api_surfaces import compare_surfaces, print_surfaces
 from local import free_port
+from one_stream import DEMO, DEMO_SECTIONS, Engine, http_rate
 
 from ai00_like.messages import (
     Cancel,
@@ -137,11 +142,11 @@ class Core:
 class Server:
     """`ai00-like --config …` in a subprocess, with the model loaded."""
 
-    def __init__(self, path: Path, extra_model: str = ""):
+    def __init__(self, path: Path, extra_model: str = "", sections: str = ""):
         self.dir = tempfile.TemporaryDirectory()
         config = Path(self.dir.name) / "config.toml"
         config.write_text(f'[model]\npath = "{path.parent}"\nname = "{path.name}"\nmax_batch = {MAX_BATCH}\n'
-                          f'token_chunk_size = {CHUNK}\n{extra_model}[listen]\nport = {free_port()}\n')
+                          f'token_chunk_size = {CHUNK}\n{extra_model}{sections}[listen]\nport = {free_port()}\n')
         self.port = int(config.read_text().split("port = ")[1].split()[0])
         self.proc = subprocess.Popen([sys.executable, "-m", "ai00_like", "--config", str(config)],
                                      stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
@@ -222,13 +227,42 @@ async def _http_latency(url: str, repeats: int) -> float:
     return statistics.median(times[1:])
 
 
+def demo_stream(tokens: int, rounds: int) -> dict:
+    """The demo model: the engine's batch-1 rate and one HTTP stream's, taking turns, best
+    of `rounds` each."""
+    engine, server = Engine(MAX_BATCH), Server(DEMO, sections=DEMO_SECTIONS)
+    engine_tps = http_tps = 0.0
+    try:
+        http_rate(server.port, 8)  # the prompt's state lands in the prefix cache, kernels warm
+        for _ in range(rounds):
+            engine_tps = max(engine_tps, engine.rate(tokens))
+            rate, reply = http_rate(server.port, tokens)
+            if reply != tokens:
+                raise SystemExit(f"the demo reply ended after {reply} of {tokens} tokens")
+            http_tps = max(http_tps, rate)
+    finally:
+        server.close()
+    ratio = http_tps / engine_tps
+    print(f"demo model, one stream of {tokens} tokens: HTTP {http_tps:.1f} tok/s, engine batch 1 "
+          f"{engine_tps:.1f} tok/s, ratio {ratio:.3f}")
+    return {"tokens": tokens, "http_tps": http_tps, "engine_tps": engine_tps, "ratio": ratio}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=64, help="tokens per request (default 64)")
     parser.add_argument("--repeats", type=int, default=20, help="1-token requests timed (default 20)")
     parser.add_argument("--rounds", type=int, default=3, help="turns of each measurement, best kept (default 3)")
+    parser.add_argument("--demo-tokens", type=int, default=512, help="tokens of the demo model's stream (default 512)")
+    parser.add_argument("--demo-only", action="store_true", help="measure only the demo model's stream")
     parser.add_argument("--no-save", action="store_true", help=record.NO_SAVE_HELP)
     args = parser.parse_args()
+    demo = demo_stream(args.demo_tokens, args.rounds)
+    if args.demo_only:
+        results = {"openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"), "demo_stream": demo}
+        print(json.dumps(results))
+        record.save("http_tier", results, args)
+        return
     path = model_file()
     concurrency = (1, 4, 16)
 
@@ -260,6 +294,7 @@ def main() -> None:
     print(f"1-token request: HTTP {http_latency * 1000:.1f} ms, core {core_latency * 1000:.1f} ms, "
           f"added by HTTP {added * 1000:.1f} ms")
     results["surfaces"] = surfaces
+    results["demo_stream"] = demo
     print_surfaces(surfaces)
     print(json.dumps(results))
     record.save("http_tier", results, args)

@@ -83,6 +83,12 @@ class EventChannel:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    @property
+    def ready(self) -> bool:
+        """Whether `get` has an item at once: events that reached the loop together (a step
+        the loop was late for) can then go out together."""
+        return bool(self._items)
+
     async def get(self, timeout: float | None = None) -> tuple[Any, Any] | None:
         """The next (tag, event), or None when `timeout` seconds pass without one."""
         if not self._items:

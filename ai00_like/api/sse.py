@@ -55,6 +55,11 @@ class EventStream:
     async def send_raw(self, json_bytes: bytes) -> None:
         await self.response.write(b"data: " + json_bytes + b"\n\n")
 
+    async def send_all(self, payloads: list[msgspec.Struct]) -> None:
+        """Several events in one write: each still its own `data:` event, but one socket
+        write and one wake-up of the client instead of one per event."""
+        await self.response.write(b"".join([b"data: " + _encode(p) + b"\n\n" for p in payloads]))
+
     async def send_typed(self, event) -> None:
         """A Responses API event: named by its `type` as well (`event:` line), as OpenAI sends them."""
         await self.response.write(b"event: " + event.type.encode() + b"\ndata: " + _encode(event) + b"\n\n")

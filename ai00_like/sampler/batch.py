@@ -86,28 +86,31 @@ def sample_batch(samplers: Sequence[RequestSampler], logits) -> BatchSample:
 def _sample_fused(samplers: Sequence[RequestSampler], rows: list[np.ndarray], uniform: np.ndarray,
                   tokens: np.ndarray) -> list[int]:
     """Sample the rows the compiled kernel can take (fused.py) into `tokens`; returns the
-    indices of the rows left for the numpy path."""
-    top_k = np.array([sampler.fused_top_k() for sampler in samplers], dtype=np.int64)
-    chosen = np.flatnonzero(top_k)
-    if not chosen.size:
+    indices of the rows left for the numpy path. Plain lists, not numpy's small arrays: at
+    batch 1 the kernel takes a few µs and this bookkeeping was most of a step's sampling."""
+    top_k = [sampler.fused_top_k() for sampler in samplers]
+    chosen = [i for i, k in enumerate(top_k) if k]
+    if not chosen:
         return list(range(len(rows)))
-    penalties = []
+    penalties, top_p, temperature = [], [], []
     for i in chosen:
-        state = samplers[i].penalties
+        state, params = samplers[i].penalties, samplers[i].params
         penalties.append((state.ids, state.now()) if state is not None and state.active else None)
-    params = [samplers[i].params for i in chosen]
-    # top_p 1 keeps everything, as draw.py's sample_ranked: no float sum may creep past it.
-    # Greedy rows (top_k 1) may be Typical's and use neither.
-    top_p = np.array([p.top_p if isinstance(p, Nucleus) and p.top_p < 1.0 else np.inf for p in params])
-    temperature = np.array([p.temperature if isinstance(p, Nucleus) else 1.0 for p in params])
-    picked, status = fused.sample([rows[i] for i in chosen], penalties, top_k[chosen], top_p, temperature, uniform[chosen])
-    done = set()
-    for n, i in enumerate(chosen.tolist()):
+        # top_p 1 keeps everything, as draw.py's sample_ranked: no float sum may creep past it.
+        # Greedy rows (top_k 1) may be Typical's and use neither.
+        nucleus = isinstance(params, Nucleus)
+        top_p.append(params.top_p if nucleus and params.top_p < 1.0 else np.inf)
+        temperature.append(params.temperature if nucleus else 1.0)
+    picked, status = fused.sample([rows[i] for i in chosen], penalties, [top_k[i] for i in chosen], top_p,
+                                  temperature, [uniform[i] for i in chosen])
+    rest = [i for i in range(len(rows)) if not top_k[i]]
+    for n, i in enumerate(chosen):
         if status[n] == fused.DONE:
             tokens[i] = picked[n]
             samplers[i].record(int(picked[n]), None)
-            done.add(i)
-    return [i for i in range(len(rows)) if i not in done]
+        else:
+            rest.append(i)
+    return sorted(rest)
 
 
 def _sample_rows(samplers: Sequence[RequestSampler], logits: np.ndarray, uniform: np.ndarray) -> BatchSample:

@@ -31,7 +31,11 @@ from ..rwkv.cpu.jit import LAUNCH, SKINNY_ROWS, compiler, in_passing_thread, rel
 MAX_TOP_K = 512
 BLOCKS = 1024  # the interleaved blocks of topk.py's threshold; also the chunk length
 LANES = 16  # running maxima a chunk's max is taken through
-MIN_VOCAB = 8 * BLOCKS
+# A block needs one token at least for the threshold to hold (the k-th largest block
+# maximum is at most the k-th largest logit). Small vocabularies gain the most here: the
+# numpy path's fixed cost (about 20 numpy calls a row) is most of their sampling time, the
+# demo model's 4,096-wide greedy row 150-250 µs against the kernel's few.
+MIN_VOCAB = BLOCKS
 # A row whose threshold lets through more candidates than this (ties, flat logits) goes
 # back to the numpy path, which has an exact fallback for it.
 MAX_CANDIDATES = 4096
@@ -54,6 +58,9 @@ def sample(rows, penalties, top_k, top_p, temperature, uniform):
     """The kernel over `rows` (1-D float32 arrays), each less its `penalties` (a pair of
     token ids, ascending, and their float32 penalties; or None): returns (tokens, status)
     per row."""
+    if len(rows) == 1:
+        return sample_one(rows[0], penalties[0], int(top_k[0]), float(top_p[0]), float(temperature[0]),
+                          float(uniform[0]))
     kernel, set_threads, get_threads = _compiled
     args = _arguments(rows, penalties, top_k, top_p, temperature, uniform)
     threads = get_threads()
@@ -84,6 +91,20 @@ def _arguments(rows, penalties, top_k, top_p, temperature, uniform) -> tuple:
     return (as_matrix(rows), pen_ids.astype(np.int64, copy=False), pen_values.astype(np.float32, copy=False),
             pen_start, np.asarray(top_k, dtype=np.int64), np.asarray(top_p, dtype=np.float64),
             np.asarray(temperature, dtype=np.float64), np.asarray(uniform, dtype=np.float64), tokens, status)
+
+
+def sample_one(row, penalty, top_k: int, top_p: float, temperature: float, uniform: float):
+    """One row (a lone stream's step): the serial row kernel itself. Launching the parallel
+    kernel for one row sets numba's thread count twice and packs the batch's arrays, about
+    ten times the few µs the row itself takes at a small vocabulary; a serial kernel needs
+    neither the thread settings nor the launch lock. Returns (tokens, status) as `sample`."""
+    ids, values = penalty if penalty is not None else _NONE
+    row = np.ascontiguousarray(row, dtype=np.float32)
+    if not row.flags.writeable:  # a read-only array is another type to numba: a compile mid-stream
+        row = row.copy()
+    token, status = _row_kernel(row, ids.astype(np.int64, copy=False), values.astype(np.float32, copy=False),
+                                top_k, top_p, temperature, uniform)
+    return (token,), (status,)
 
 
 _NONE = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
@@ -118,7 +139,9 @@ def warm_up(background: bool = False, after=None) -> None:
     row = np.zeros(MIN_VOCAB, dtype=np.float32)
     one = np.ones(1)
     if not background:
-        in_passing_thread(sample, [row], [None], np.full(1, 2), one, one, one * 0.5)
+        in_passing_thread(sample, [row, row], [None, None], np.full(2, 2), one.repeat(2), one.repeat(2),
+                          one.repeat(2) * 0.5)
+        sample_one(row, None, 2, 1.0, 1.0, 0.5)
         release_compiler_pages()  # what loading the kernel read back in
         return
 
@@ -130,6 +153,8 @@ def warm_up(background: bool = False, after=None) -> None:
                 after()
             args = _arguments([row], [None], np.full(1, 2), one, one, one * 0.5)
             _compiled[0].compile(tuple(typeof(a) for a in args))
+            ids, values = _NONE
+            _row_kernel.compile(tuple(typeof(a) for a in (row, ids, values, 2, 1.0, 1.0, 0.5)))  # a lone row's
             release_compiler_pages()
         finally:
             _ready.set()
@@ -336,5 +361,6 @@ if _tools is not None:
     first_best, gather, penalise, cut_and_draw = inline(first_best), inline(gather), inline(penalise), inline(cut_and_draw)
     sample_row = njit(parallel=False)(sample_row)
     _compiled = njit(sample_rows), set_num_threads, get_num_threads
+    _row_kernel = sample_row
 else:
-    _compiled = None
+    _compiled = _row_kernel = None

@@ -47,6 +47,27 @@ def test_gathering_embedding_rows_maps_none_of_the_file(tmp_path, monkeypatch, f
             gather_rows(table, np.array(wrong))
 
 
+def test_a_small_table_is_read_in_place(tmp_path, monkeypatch):
+    # preadv lets go of the GIL, and a serving step waited there for the event loop's turn;
+    # a table this small may stay mapped whole.
+    from ai00_like.rwkv.formats import SMALL_TABLE_BYTES, gather_rows
+
+    tensors = make_checkpoint("7", n_layer=1, n_embd=64, head_size=32, vocab=4096, seed=3)
+    write_safetensors(tensors, tmp_path / "m.st", dtype="fp16")
+    table = read_checkpoint(tmp_path / "m.st").tensors["emb.weight"]
+    assert table.nbytes <= SMALL_TABLE_BYTES
+
+    def no_read(*args):
+        raise AssertionError("a small table is read through its mapping")
+
+    monkeypatch.setattr(os, "preadv", no_read, raising=False)
+    ids = np.random.default_rng(1).integers(0, 4096, 40)
+    assert gather_rows(table, ids).tobytes() == table[ids].tobytes()
+    for wrong in ([4096], [-1]):
+        with pytest.raises(IndexError):
+            gather_rows(table, np.array(wrong))
+
+
 @pytest.mark.skipif(not HAS_SMAPS, reason="needs Linux's smaps")
 @pytest.mark.parametrize("fmt,dtype", [("pth", "bf16"), ("pth", "fp32"), ("st", "fp16")])
 def test_quantising_at_load_leaves_none_of_the_file_resident(tmp_path, fmt, dtype):

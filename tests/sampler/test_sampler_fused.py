@@ -23,29 +23,33 @@ CONFIGS = {
 }
 
 
-def flat_logits(rng, rows: int) -> np.ndarray:
+def flat_logits(rng, rows: int, vocab: int = VOCAB) -> np.ndarray:
     """Logits with many plausible tokens, so top_p and top_k both cut inside the list."""
-    return rng.normal(0.0, 2.5, (rows, VOCAB)).astype(np.float32)
+    return rng.normal(0.0, 2.5, (rows, vocab)).astype(np.float32)
 
 
-def run(options_per_row, steps: int, logits, *, compiled: bool, monkeypatch):
+def run(options_per_row, steps: int, logits, *, compiled: bool, monkeypatch, vocab: int = VOCAB):
     with monkeypatch.context() as patch:
         if not compiled:
             patch.setattr(fused, "fits", lambda vocab: False)
-        samplers = [RequestSampler(msgspec.structs.replace(o, seed=i), VOCAB) for i, o in enumerate(options_per_row)]
+        samplers = [RequestSampler(msgspec.structs.replace(o, seed=i), vocab) for i, o in enumerate(options_per_row)]
         picked = [sample_batch(samplers, logits[step]).tokens for step in range(steps)]
     return np.array(picked), samplers
 
 
+# The World vocabulary's width, and the demo model's (4,096: four tokens a block).
+@pytest.mark.parametrize("vocab", [VOCAB, 4096])
+@pytest.mark.parametrize("rows", [12, 1], ids=["batch", "one row"])
 @pytest.mark.parametrize("name", CONFIGS)
-def test_same_tokens_and_penalties_as_numpy(name, monkeypatch):
+def test_same_tokens_and_penalties_as_numpy(name, rows, vocab, monkeypatch):
     rng = np.random.default_rng(7)
-    logits = [flat_logits(rng, 12) for _ in range(6)]
-    rows = [CONFIGS[name]] * 12
-    fast, fast_samplers = run(rows, 6, logits, compiled=True, monkeypatch=monkeypatch)
-    slow, slow_samplers = run(rows, 6, logits, compiled=False, monkeypatch=monkeypatch)
+    steps = 6 if rows > 1 else 24  # one row: its own path (fused.sample_one), over more steps
+    logits = [flat_logits(rng, rows, vocab) for _ in range(steps)]
+    options = [CONFIGS[name]] * rows
+    fast, fast_samplers = run(options, steps, logits, compiled=True, monkeypatch=monkeypatch, vocab=vocab)
+    slow, slow_samplers = run(options, steps, logits, compiled=False, monkeypatch=monkeypatch, vocab=vocab)
     np.testing.assert_array_equal(fast, slow)
-    assert len(set(fast[:, 0].tolist())) > 3  # the rows really sampled, not all the argmax
+    assert len(set(fast[:, 0].tolist())) > 3  # the rows really sampled (or steps: one row), not one argmax
     for a, b in zip(fast_samplers, slow_samplers):
         if a.penalties is not None:
             np.testing.assert_allclose(a.penalties.values, b.penalties.values, rtol=1e-6)
@@ -94,3 +98,7 @@ def test_rows_given_as_a_list_of_views(monkeypatch):
     expected, _ = run([SamplingOptions()] * 4, 1, [logits], compiled=False, monkeypatch=monkeypatch)
     np.testing.assert_array_equal(picked, expected)
     np.testing.assert_array_equal(frozen, logits)  # not modified
+    # A lone read-only row (a cached prompt's logits) too.
+    alone, _ = run([SamplingOptions()], 1, [[frozen[1]]], compiled=True, monkeypatch=monkeypatch)
+    expected, _ = run([SamplingOptions()], 1, [[logits[1]]], compiled=False, monkeypatch=monkeypatch)
+    np.testing.assert_array_equal(alone, expected)

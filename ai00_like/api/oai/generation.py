@@ -117,6 +117,11 @@ class GenerationRun:
     def done(self) -> bool:
         return self.open == 0
 
+    @property
+    def ready(self) -> bool:
+        """Whether `next` has an event at once (one that came with the last)."""
+        return self.channel.ready
+
     async def next(self, timeout: float | None = None):
         """(choice index, event) with the index numbered across prompts; None on timeout.
 
@@ -265,15 +270,23 @@ async def stream(request: web.Request, run: GenerationRun, fmt: StreamFormat, *,
     async def write(out: EventStream, items) -> None:
         for chunk in fmt.opening():
             await out.send(chunk)
+        # Events that reached the loop together (it was late for a step, or a step made
+        # several) leave in one write; a lone one leaves at once, as before.
+        chunks = []
         async for index, event in items:
             if isinstance(event, TextPiece):
                 chunk = fmt.piece(index, event)
                 if chunk is not None:
-                    await out.send(chunk)
+                    chunks.append(chunk)
             elif isinstance(event, Finished):
-                await out.send(fmt.finish(index, run.choices[index].finish))
+                chunks.append(fmt.finish(index, run.choices[index].finish))
+            if chunks and not run.ready:
+                await out.send_all(chunks)
+                chunks = []
         if include_usage:
-            await out.send(fmt.usage(run.usage()))
+            chunks.append(fmt.usage(run.usage()))
+        if chunks:
+            await out.send_all(chunks)
         await out.done()
 
     return await run_as_sse(request, run, ping_interval, write)
