@@ -11,7 +11,7 @@ core (Middleware and Backend, as the HTTP tier drives them).
 Rounds alternate plain and speculative runs; medians are printed as tokens/s after the
 first token (the prompt's prefill left out) and their ratio, then saved as JSON.
 
-    .venv/bin/python bench/speculative.py [--rounds 3] [--tokens 128] [--shape 0.1B]
+    .venv/bin/python bench/speculative.py [--rounds 3] [--tokens 128] [--shape 0.1B] [--draft-tokens 4]
 """
 
 from __future__ import annotations
@@ -62,9 +62,9 @@ class Stream:
         self.rate = (len(self.tokens) - 1) / (time.perf_counter() - first)
 
 
-def load(path: Path, tokenizer: str | None) -> Middleware:
+def load(path: Path, tokenizer: str | None, draft_tokens: int) -> Middleware:
     mw, box = Middleware(), queue.Queue()
-    mw.send(Load(ModelSpec(path=str(path), tokenizer=tokenizer, max_batch=4, draft_tokens=4), box.put))
+    mw.send(Load(ModelSpec(path=str(path), tokenizer=tokenizer, max_batch=4, draft_tokens=draft_tokens), box.put))
     if not isinstance(box.get(timeout=1200), Loaded):
         raise SystemExit(f"could not load {path}")
     model = next(iter(mw.models.values())).model
@@ -76,16 +76,17 @@ def load(path: Path, tokenizer: str | None) -> Middleware:
 def compare(mw: Middleware, prompt: str, tokens: int, rounds: int) -> dict:
     """Plain and speculative runs of one greedy request, alternating; medians and sameness."""
     Stream(mw, prompt, 4, False)  # the prompt's state into the prefix cache
+    counts = next(iter(mw.models.values())).backend.speculation
+    drafted, accepted = counts.drafted, counts.accepted
     plain, spec, same = [], [], True
     for _ in range(rounds):
         a, b = Stream(mw, prompt, tokens, False), Stream(mw, prompt, tokens, True)
         plain.append(a.rate)
         spec.append(b.rate)
         same = same and a.tokens == b.tokens
-    backend = next(iter(mw.models.values())).backend.speculation
     return {"plain_tps": statistics.median(plain), "speculative_tps": statistics.median(spec),
             "ratio": statistics.median(spec) / statistics.median(plain), "same_tokens": same,
-            "drafted": backend.drafted, "accepted": backend.accepted}
+            "drafted": counts.drafted - drafted, "accepted": counts.accepted - accepted}
 
 
 class ForcedDrafter(Drafter):
@@ -124,26 +125,31 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--shape", default="0.1B", help="the forced-draft mechanics' shape (bench/shapes.py)")
+    parser.add_argument("--draft-tokens", type=int, default=4, help="the longest draft ([model] draft_tokens)")
+    parser.add_argument("--skip-demo", action="store_true", help="only the forced drafts at --shape")
     parser.add_argument("--no-save", action="store_true", help=record.NO_SAVE_HELP)
     args = parser.parse_args()
     results = {}
-    note("demo model")
-    mw = load(MODELS / "demo.st", str(MODELS / "demo_vocab.txt"))
-    try:
-        results["demo_copy"] = compare(mw, COPY, args.tokens, args.rounds)
-        results["demo_chat"] = compare(mw, CHAT, args.tokens, args.rounds)
-    finally:
-        mw.close()
+    if not args.skip_demo:
+        note("demo model")
+        mw = load(MODELS / "demo.st", str(MODELS / "demo_vocab.txt"), args.draft_tokens)
+        try:
+            results["demo_copy"] = compare(mw, COPY, args.tokens, args.rounds)
+            results["demo_chat"] = compare(mw, CHAT, args.tokens, args.rounds)
+        finally:
+            mw.close()
     note(f"{args.shape} shape, forced drafts")
-    mw = load(bf16_checkpoint(args.shape), None)
+    mw = load(bf16_checkpoint(args.shape), None, args.draft_tokens)
     try:
         results[f"forced_{args.shape}"] = forced(mw, CHAT, args.tokens, args.rounds)
     finally:
         mw.close()
-    print(f"{'run':<24} {'plain t/s':>10} {'spec t/s':>10} {'ratio':>7}  same")
-    for name, r in [("demo copy", results["demo_copy"]), ("demo chat", results["demo_chat"])] + \
-            [(f"{args.shape} forced {k}", v) for k, v in results[f"forced_{args.shape}"].items()]:
-        print(f"{name:<24} {r['plain_tps']:>10.1f} {r['speculative_tps']:>10.1f} {r['ratio']:>7.2f}  {r['same_tokens']}")
+    print(f"{'run':<24} {'plain t/s':>10} {'spec t/s':>10} {'ratio':>7}  same  drafted accepted")
+    rows = [("demo copy", results.get("demo_copy")), ("demo chat", results.get("demo_chat"))]
+    rows += [(f"{args.shape} forced {k}", v) for k, v in results[f"forced_{args.shape}"].items()]
+    for name, r in [(n, r) for n, r in rows if r is not None]:
+        print(f"{name:<24} {r['plain_tps']:>10.1f} {r['speculative_tps']:>10.1f} {r['ratio']:>7.2f}  {r['same_tokens']!s:<5} "
+              f"{r['drafted']:>7} {r['accepted']:>8}")
     print(json.dumps(results))
     record.save("speculative", results, args)
 
