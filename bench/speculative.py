@@ -103,7 +103,7 @@ class ForcedDrafter(Drafter):
         return [t if i < self.right else (t + 1) % 1000 for i, t in enumerate(truth)]
 
 
-def forced(mw: Middleware, prompt: str, tokens: int, rounds: int) -> dict:
+def forced(mw: Middleware, prompt: str, tokens: int, rounds: int, k: int) -> dict:
     reference = Stream(mw, prompt, tokens + 8, False)
     loaded = next(iter(mw.models.values()))
     ForcedDrafter.reply = reference.tokens
@@ -111,7 +111,7 @@ def forced(mw: Middleware, prompt: str, tokens: int, rounds: int) -> dict:
     speculation.Drafter = ForcedDrafter
     results = {}
     try:
-        for right, name in ((4, "100%"), (2, "50%"), (0, "0%")):
+        for right, name in ((k, "100%"), (k // 2, "50%"), (0, "0%")):
             ForcedDrafter.right = right
             note(f"forced drafts, {name} accepted")
             results[name] = compare(mw, prompt, tokens, rounds)
@@ -141,7 +141,7 @@ def main() -> None:
     note(f"{args.shape} shape, forced drafts")
     mw = load(bf16_checkpoint(args.shape), None, args.draft_tokens)
     try:
-        results[f"forced_{args.shape}"] = forced(mw, CHAT, args.tokens, args.rounds)
+        results[f"forced_{args.shape}"] = forced(mw, CHAT, args.tokens, args.rounds, args.draft_tokens)
     finally:
         mw.close()
     print(f"{'run':<24} {'plain t/s':>10} {'spec t/s':>10} {'ratio':>7}  same  drafted accepted")
