@@ -51,7 +51,7 @@ class ModelSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     quant: NonNegative = 0  # layers whose projections are quantised, from the first
     quant_type: str = "int8"  # int8, nf4 or none (Ai00's Int8/NF4/None too)
     quant_head: bool = False  # the head (output matrix) as Int8 blocks too (ours)
-    draft_tokens: NonNegative = 4  # speculative decoding: the longest prompt-lookup draft (0: off; ours)
+    draft_tokens: NonNegative = 8  # speculative decoding: the longest prompt-lookup draft (0: off; ours)
     max_batch: Positive = 8
     token_chunk_size: Positive = 256
     cache_bytes: NonNegative = 1 << 30
