@@ -43,7 +43,7 @@ from pathlib import Path
 import aiohttp
 import record
 from api_surfaces import compare_surfaces, print_surfaces
-from local import free_port
+from local import free_port, stream_completion
 from one_stream import DEMO, DEMO_SECTIONS, Engine, http_rate
 
 from ai00_like.messages import (
@@ -167,45 +167,9 @@ class Server:
         self.dir.cleanup()
 
 
-class _StreamTail(asyncio.Protocol):
-    """Reads one chunked HTTP response as it arrives and keeps only its last bytes.
-
-    The clients share the machine with the server, and their own work should not count
-    against it, so they do the least a client can: no HTTP client library, no SSE parsing;
-    only the end of the stream (the usage chunk, then [DONE]) is read."""
-
-    def __init__(self, done: asyncio.Future):
-        self.done, self.tail, self.head = done, b"", b""
-
-    def data_received(self, data: bytes) -> None:
-        if not self.head:
-            self.head = data[:12]
-            if not data.startswith(b"HTTP/1.1 200"):
-                self.done.set_exception(SystemExit(f"HTTP error: {data[:300]!r}"))
-                return
-        self.tail = (self.tail + data)[-4096:]
-        if self.tail.endswith(b"\r\n0\r\n\r\n") and not self.done.done():  # the last chunk
-            self.done.set_result(self.tail)
-
-    def connection_lost(self, exc) -> None:
-        if not self.done.done():
-            self.done.set_exception(exc or ConnectionError("the server closed the stream"))
-
-
 async def _stream(port: int, prompt: str, max_tokens: int) -> int:
-    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "seed": SEED, "stream": True,
-                       "stream_options": {"include_usage": True}}).encode()
-    loop = asyncio.get_running_loop()
-    done = loop.create_future()
-    transport, _ = await loop.create_connection(lambda: _StreamTail(done), "127.0.0.1", port)
-    try:
-        transport.write(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-        tail = await asyncio.wait_for(done, 600)
-    finally:
-        transport.close()
-    usage = tail[tail.rindex(b'data: {"'):].split(b"\n", 1)[0]
-    return json.loads(usage[6:])["usage"]["completion_tokens"]
+    _, tokens = await stream_completion(port, {"prompt": prompt, "max_tokens": max_tokens, "seed": SEED})
+    return tokens
 
 
 async def _http_rate(port: int, n: int, max_tokens: int) -> float:

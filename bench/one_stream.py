@@ -14,11 +14,11 @@ prompt without an end of text (checked: the reply must have `tokens` tokens).
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from pathlib import Path
 
 import numpy as np
+from local import StreamTail, stream_completion
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "assets" / "models" / "demo.st"
@@ -54,19 +54,16 @@ class Engine:
         return tokens / (time.perf_counter() - t)
 
 
-class _TokenClock(asyncio.Protocol):
-    """Reads one chunked SSE response and times its token events as they arrive: the
-    first one's arrival, the last one's and how many came (no parsing beyond a count)."""
+class _TokenClock(StreamTail):
+    """A StreamTail that also times the token events as they arrive: the first one's
+    arrival, the last one's and how many came (no parsing beyond a count)."""
 
     def __init__(self, done: asyncio.Future):
-        self.done, self.tail, self.carry = done, b"", b""
-        self.count, self.first, self.last = 0, 0.0, 0.0
+        super().__init__(done)
+        self.carry, self.count, self.first, self.last = b"", 0, 0.0, 0.0
 
     def data_received(self, data: bytes) -> None:
         now = time.perf_counter()
-        if not self.tail and not data.startswith(b"HTTP/1.1 200"):
-            self.done.set_exception(SystemExit(f"HTTP error: {data[:300]!r}"))
-            return
         seen = (self.carry + data).count(_TOKEN_MARK) - self.carry.count(_TOKEN_MARK)
         self.carry = data[-len(_TOKEN_MARK):]  # a mark split over two reads is counted once
         if seen:
@@ -74,30 +71,12 @@ class _TokenClock(asyncio.Protocol):
                 self.first = now
             self.count += seen
             self.last = now
-        self.tail = (self.tail + data)[-4096:]
-        if self.tail.endswith(b"\r\n0\r\n\r\n") and not self.done.done():
-            self.done.set_result(self.tail)
-
-    def connection_lost(self, exc) -> None:
-        if not self.done.done():
-            self.done.set_exception(exc or ConnectionError("the server closed the stream"))
+        super().data_received(data)
 
 
 async def _stream(port: int, tokens: int) -> tuple[float, int]:
-    body = json.dumps({"prompt": PROMPT, "max_tokens": tokens, "temperature": 0, "presence_penalty": 0,
-                       "frequency_penalty": 0, "stream": True,
-                       "stream_options": {"include_usage": True}}).encode()
-    loop = asyncio.get_running_loop()
-    done = loop.create_future()
-    transport, clock = await loop.create_connection(lambda: _TokenClock(done), "127.0.0.1", port)
-    try:
-        transport.write(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-        tail = await asyncio.wait_for(done, 120)
-    finally:
-        transport.close()
-    usage = tail[tail.rindex(b'data: {"'):].split(b"\n", 1)[0]
-    reply = json.loads(usage[6:])["usage"]["completion_tokens"]
+    body = {"prompt": PROMPT, "max_tokens": tokens, "temperature": 0, "presence_penalty": 0, "frequency_penalty": 0}
+    clock, reply = await stream_completion(port, body, _TokenClock, timeout=120)
     return (clock.count - 1) / (clock.last - clock.first), reply
 
 
