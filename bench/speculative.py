@@ -2,8 +2,9 @@
 the same request without them (`speculative: false`), in the same run, through the serving
 core (Middleware and Backend, as the HTTP tier drives them).
 
-* the demo model, greedy, batch 1: a copying task (it repeats a text it has begun to
-  repeat) and a chat that copies nothing; the replies must be the same tokens.
+* the demo model, greedy, batch 1: copying tasks (a text it has begun to repeat, a
+  200-line code file handed back with one change, a paragraph quoted) and a chat that
+  copies nothing; the replies must be the same tokens.
 * the mechanics at a larger shape (seeded bf16 `.pth`, default 0.1B; `--shape 1.5B`):
   drafts forced to be accepted 100%, 50% (the first half of each draft) and 0%, from
   the plain run's own greedy tokens, with k = 4.
@@ -39,6 +40,16 @@ DOC = ("The quick brown fox jumps over the lazy dog. The rain in Spain stays mai
        "She sells sea shells by the sea shore. Peter Piper picked a peck of pickled peppers. ") * 4
 COPY = f"User: Repeat this text exactly: {DOC}\n\nAssistant: {DOC[:60]}"
 CHAT = "User: Tell me about the sea and the ships that sail on it.\n\nAssistant:"
+# The issue's copying tasks: a code file of about 200 lines handed back with one change, and a
+# question answered by quoting a paragraph (the reply begun, as a chat client's prefill would).
+CODE = "\n".join(f"def step_{i}(x):\n    return x * {i % 7 + 2} + {i}\n" for i in range(67))
+EDIT = (f"User: Return this file with `x * 2 + 0` changed to `x * 3 + 0`:\n\n{CODE}\n\n"
+        f"Assistant: {CODE.splitlines()[0]}\n")
+PARAGRAPH = ("The harbour was built in 1820 from granite cut on the island. Its walls are twelve feet "
+             "thick and rise thirty feet above the low tide. Ships from three continents unloaded there "
+             "until the railway came, and the old customs house still stands at the end of the quay.")
+QUOTE = (f"User: {PARAGRAPH * 2}\n\nQuote the sentences about the walls and the ships word for word.\n\n"
+         f"Assistant: \"Its walls")
 
 
 class Stream:
@@ -135,6 +146,8 @@ def main() -> None:
         mw = load(MODELS / "demo.st", str(MODELS / "demo_vocab.txt"), args.draft_tokens)
         try:
             results["demo_copy"] = compare(mw, COPY, args.tokens, args.rounds)
+            results["demo_code"] = compare(mw, EDIT, args.tokens, args.rounds)
+            results["demo_quote"] = compare(mw, QUOTE, args.tokens, args.rounds)
             results["demo_chat"] = compare(mw, CHAT, args.tokens, args.rounds)
         finally:
             mw.close()
@@ -145,7 +158,7 @@ def main() -> None:
     finally:
         mw.close()
     print(f"{'run':<24} {'plain t/s':>10} {'spec t/s':>10} {'ratio':>7}  same  drafted accepted")
-    rows = [("demo copy", results.get("demo_copy")), ("demo chat", results.get("demo_chat"))]
+    rows = [(f"demo {task}", results.get(f"demo_{task}")) for task in ("copy", "code", "quote", "chat")]
     rows += [(f"{args.shape} forced {k}", v) for k, v in results[f"forced_{args.shape}"].items()]
     for name, r in [(n, r) for n, r in rows if r is not None]:
         print(f"{name:<24} {r['plain_tps']:>10.1f} {r['speculative_tps']:>10.1f} {r['ratio']:>7.2f}  {r['same_tokens']!s:<5} "
