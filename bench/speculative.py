@@ -28,6 +28,8 @@ import record
 from local import note
 from shapes import bf16_checkpoint
 
+from ai00_like.api.oai.prompt import render_chat
+from ai00_like.api.oai.types import ChatMessage
 from ai00_like.backend import speculation
 from ai00_like.backend.drafts import Drafter
 from ai00_like.messages import Cancel, Failed, Finished, Generate, Load, Loaded, ModelSpec, TextPiece
@@ -38,18 +40,24 @@ MODELS = Path(__file__).resolve().parents[1] / "assets" / "models"
 GREEDY = SamplingOptions(sampler=Nucleus(temperature=0, presence_penalty=0, frequency_penalty=0))
 DOC = ("The quick brown fox jumps over the lazy dog. The rain in Spain stays mainly in the plain. "
        "She sells sea shells by the sea shore. Peter Piper picked a peck of pickled peppers. ") * 4
-COPY = f"User: Repeat this text exactly: {DOC}\n\nAssistant: {DOC[:60]}"
-CHAT = "User: Tell me about the sea and the ships that sail on it.\n\nAssistant:"
 # The issue's copying tasks: a code file of about 200 lines handed back with one change, and a
-# question answered by quoting a paragraph (the reply begun, as a chat client's prefill would).
+# question answered by quoting a paragraph. The prompts are what the chat route renders (blank
+# lines in a message become one newline), the reply begun as a chat client's prefill would.
 CODE = "\n".join(f"def step_{i}(x):\n    return x * {i % 7 + 2} + {i}\n" for i in range(67))
-EDIT = (f"User: Return this file with `x * 2 + 0` changed to `x * 3 + 0`:\n\n{CODE}\n\n"
-        f"Assistant: {CODE.splitlines()[0]}\n")
+
+
+def chat(question: str, begun: str = "") -> str:
+    return render_chat([ChatMessage(role="user", content=question)]).prompt + (" " + begun if begun else "")
+
+
+COPY = chat(f"Repeat this text exactly: {DOC}", DOC[:60])
+CHAT = chat("Tell me about the sea and the ships that sail on it.")
+EDIT = chat(f"Return this file with `x * 2 + 0` changed to `x * 3 + 0`:\n\n{CODE}", CODE.splitlines()[0])
 PARAGRAPH = ("The harbour was built in 1820 from granite cut on the island. Its walls are twelve feet "
              "thick and rise thirty feet above the low tide. Ships from three continents unloaded there "
              "until the railway came, and the old customs house still stands at the end of the quay.")
-QUOTE = (f"User: {PARAGRAPH * 2}\n\nQuote the sentences about the walls and the ships word for word.\n\n"
-         f"Assistant: \"Its walls")
+QUOTE = chat(f"{PARAGRAPH}\nQuote the sentences about the walls and the ships word for word.", '"Its walls')
+TASKS = (("copy", COPY), ("code", EDIT), ("quote", QUOTE), ("chat", CHAT))
 
 
 class Stream:
@@ -145,10 +153,9 @@ def main() -> None:
         note("demo model")
         mw = load(MODELS / "demo.st", str(MODELS / "demo_vocab.txt"), args.draft_tokens)
         try:
-            results["demo_copy"] = compare(mw, COPY, args.tokens, args.rounds)
-            results["demo_code"] = compare(mw, EDIT, args.tokens, args.rounds)
-            results["demo_quote"] = compare(mw, QUOTE, args.tokens, args.rounds)
-            results["demo_chat"] = compare(mw, CHAT, args.tokens, args.rounds)
+            for task, prompt in TASKS:
+                note(f"demo, {task}")
+                results[f"demo_{task}"] = compare(mw, prompt, args.tokens, args.rounds)
         finally:
             mw.close()
     note(f"{args.shape} shape, forced drafts")
@@ -158,7 +165,7 @@ def main() -> None:
     finally:
         mw.close()
     print(f"{'run':<24} {'plain t/s':>10} {'spec t/s':>10} {'ratio':>7}  same  drafted accepted")
-    rows = [(f"demo {task}", results.get(f"demo_{task}")) for task in ("copy", "code", "quote", "chat")]
+    rows = [(f"demo {task}", results.get(f"demo_{task}")) for task, _ in TASKS]
     rows += [(f"{args.shape} forced {k}", v) for k, v in results[f"forced_{args.shape}"].items()]
     for name, r in [(n, r) for n, r in rows if r is not None]:
         print(f"{name:<24} {r['plain_tps']:>10.1f} {r['speculative_tps']:>10.1f} {r['ratio']:>7.2f}  {r['same_tokens']!s:<5} "

@@ -4,9 +4,12 @@ where the sequence's latest n tokens occurred before.
 A reply that copies its input (code returned with one change, an answer quoting a
 document, a rewrite) repeats long runs of the prompt; after its last few tokens the next
 ones are likely those that followed them there. Such a draft costs no model: a dict from
-each n-gram of the sequence to the latest place it ended. The backend checks a draft in
-one pass of the model over the draft's tokens (backend.py), which a memory-bound decoding
-step runs for little more than one token's price.
+each n-gram of the sequence to the latest place it ended. While the sequence goes on as a
+draft's source did, the next draft goes on from there too (the source's n-grams may also
+occur later, in a file of look-alike lines or in the reply itself, with other tokens after
+them). The backend checks a draft in one pass of the model over the draft's tokens
+(backend.py), which a memory-bound decoding step runs for little more than one token's
+price.
 
 Each sequence also keeps how often its drafts' tokens were the model's own (`chance`): a
 token's chance of being accepted, counted with recent drafts weighing more. speculation.py
@@ -38,6 +41,7 @@ class Drafter:
         self.accepted, self.failed = PRIOR_ACCEPTED, PRIOR_FAILED
         self.paused_until = 0
         self.pause_length = PAUSE
+        self.source: tuple[int, int] | None = None  # (where the last draft came from, the length then)
         self.extend(tokens)
 
     def extend(self, tokens: Sequence[int]) -> None:
@@ -50,16 +54,32 @@ class Drafter:
                     self.ends[tuple(self.tokens[end - 1 - n : end - 1])] = end - 1
 
     def draft(self, k: int) -> list[int]:
-        """Up to k tokens that followed the latest earlier occurrence of the last n tokens."""
+        """Up to k tokens: where the last draft's source goes on, or what followed the latest
+        earlier occurrence of the last n tokens."""
         if k <= 0 or self.paused:
             return []
+        start = self._followed()
+        if start is None:
+            start = self._looked_up()
+        self.source = None if start is None else (start, len(self.tokens))
+        return [] if start is None else self.tokens[start : start + k]
+
+    def _followed(self) -> int | None:
+        """Where the last draft's source goes on, if every token since was the source's."""
+        if self.source is None:
+            return None
+        start, length = self.source
+        since = self.tokens[length:]
+        resume = start + len(since)
+        if not since or resume >= len(self.tokens) or self.tokens[start:resume] != since:
+            return None
+        return resume
+
+    def _looked_up(self) -> int | None:
         for n in NGRAMS:
-            if len(self.tokens) < n:
-                continue
-            start = self.ends.get(tuple(self.tokens[-n:]))
-            if start is not None:
-                return self.tokens[start : start + k]
-        return []
+            if len(self.tokens) >= n and (start := self.ends.get(tuple(self.tokens[-n:]))) is not None:
+                return start
+        return None
 
     @property
     def paused(self) -> bool:

@@ -32,6 +32,8 @@ only as long as they do; at most `ROOM` rows a step.
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from ..rwkv.batch import StepInput
@@ -51,26 +53,29 @@ class StepCosts:
 
     def __init__(self):
         self.seconds: dict[int, float] = {}
+        self.seen: list[int] = []  # the row counts of `seconds`, sorted: `of` runs in every step
 
     def observe(self, rows: int, seconds: float) -> None:
         before = self.seconds.get(rows)
+        if before is None:
+            bisect.insort(self.seen, rows)
         self.seconds[rows] = seconds if before is None else before + self.WEIGHT * (seconds - before)
 
     def of(self, rows: int) -> float:
         """A step of `rows` rows in seconds (relative, before any step: one row = 1): seen, or
         between the nearest seen row counts, or past them along the last two's slope."""
-        if rows in self.seconds:
-            return self.seconds[rows]
-        seen = sorted(self.seconds)
-        below = [r for r in seen if r < rows]
-        above = [r for r in seen if r > rows]
-        if below and above:
-            a, b = below[-1], above[0]
-            return self.seconds[a] + (self.seconds[b] - self.seconds[a]) * (rows - a) / (b - a)
-        if len(below) >= 2:
-            a, b = below[-2], below[-1]
-            return self.seconds[b] + max(0.0, self.seconds[b] - self.seconds[a]) / (b - a) * (rows - b)
-        base, at = (self.seconds[below[-1]], below[-1]) if below else (1.0, 1)
+        known = self.seconds.get(rows)
+        if known is not None:
+            return known
+        seen, seconds = self.seen, self.seconds
+        at = bisect.bisect_left(seen, rows)  # seen[:at] are below rows, seen[at:] above
+        if 0 < at < len(seen):
+            a, b = seen[at - 1], seen[at]
+            return seconds[a] + (seconds[b] - seconds[a]) * (rows - a) / (b - a)
+        if at >= 2:
+            a, b = seen[at - 2], seen[at - 1]
+            return seconds[b] + max(0.0, seconds[b] - seconds[a]) / (b - a) * (rows - b)
+        base, at = (seconds[seen[0]], seen[0]) if at == 1 else (1.0, 1)
         one = base / (1 + PRIOR_ROW_SHARE * (at - 1))
         return base + PRIOR_ROW_SHARE * one * (rows - at)
 
@@ -107,15 +112,14 @@ class Speculation:
             return  # a prompt in the step: its rows make it a prefill step (and the drafts' rows dear)
         for seq in decoding:
             longest = min(seq.job.draft_tokens, ROOM - rows, seq.job.max_tokens - seq.generated - 1)
-            if longest <= 0 or best_draft(1.0, self.costs, rows, longest) == 0:
-                continue  # no room, or a step this full that even a sure draft would not pay
+            if longest <= 0 or (seq.drafter is not None and seq.drafter.paused):
+                continue  # (the check below costs a small model's step a few percent: only where it may draft)
             if seq.drafter is None:
                 seq.drafter = Drafter(seq.prompt + seq.fed[len(seq.prompt):] + seq.pending)
-            if seq.drafter.paused:
-                continue
             k = best_draft(seq.drafter.chance, self.costs, rows, longest)
             if k == 0:
-                seq.drafter.pause()
+                if best_draft(1.0, self.costs, rows, longest):
+                    seq.drafter.pause()  # its drafts fail too often; not just a step too full for any draft
                 continue
             draft = seq.drafter.draft(k)
             if draft:

@@ -54,6 +54,20 @@ def test_drafts_follow_the_latest_earlier_occurrence():
     assert Drafter([1, 2, 3]).draft(4) == []  # nothing to look up
 
 
+def test_drafts_go_on_where_the_source_goes_on():
+    # Look-alike lines: "0 5 1", "0 5 2", "0 5 3" handed back in order. After "0 5" the latest
+    # occurrence says 3, but a sequence that has followed the first line's source goes on there.
+    source = [9, 0, 5, 1, 8, 0, 5, 2, 8, 0, 5, 3, 8, 7]
+    drafter = Drafter(source + [9, 0])
+    assert drafter.draft(4) == [5, 1, 8, 0]
+    drafter.extend([5, 1, 8, 0, 5])  # the draft accepted, and the model's own next token
+    assert drafter.draft(3) == [2, 8, 0]  # the source's next line, not the latest "0 5 3"
+    drafter.extend([4])  # a token the source does not have: the lookup again
+    assert drafter.draft(2) == []
+    drafter.extend([8, 0, 5])
+    assert drafter.draft(1) == [4]  # following nothing: the latest occurrence of "8 0 5", its own
+
+
 def test_drafts_go_where_they_pay():
     drafter = Drafter([1, 2, 3, 1, 2])
     start = drafter.chance
