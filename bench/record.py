@@ -67,7 +67,10 @@ def git_commit() -> tuple[str, bool | None]:
 
     --no-optional-locks: `git status` would otherwise refresh the index, a write, while
     others may be working in the same checkout. Untracked files do not count as dirty
-    (the results folder itself fills with them)."""
+    (the results folder itself fills with them). A copy of the tree without its .git (as
+    the GPU machine gets) names its commit in BENCH_COMMIT."""
+    if os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"], None
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
         status = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=no"],
