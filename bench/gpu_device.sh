@@ -2,7 +2,7 @@
 # The GPU checks of issue 37 in one run on a lent NVIDIA machine (the `device` tool), whose
 # image has torch with CUDA, numba and numpy but not wgpu, msgspec, rwkv nor the Vulkan
 # loader. Carried beside the tree (both ignored by git, see docs/performance.md "GPU backend"):
-#   .whl/  wheels for Python 3.12: wgpu cffi pycparser rendercanvas msgspec llguidance rwkv
+#   .whl/  wheels for Python 3.12: wgpu cffi pycparser rendercanvas msgspec llguidance redis rwkv
 #   .gl/   Debian's libvulkan1 (and the GL loaders) as .deb files
 # Writes logs and the benches' JSON to $OUT (or /tmp/gpu-out). Each part has its own time
 # limit, so one that hangs leaves the others' figures.
@@ -30,9 +30,12 @@ timeout 200 python3 -m pytest -q -p no:cacheprovider -n 8 tests/engine/test_gpu.
     >"$OUT/test_gpu.log" 2>&1
 echo "tests/engine/test_gpu.py: rc $? — $(tail -1 "$OUT/test_gpu.log")"
 wait $made || { echo "checkpoints failed"; tail -5 "$OUT/checkpoints.log"; }
-timeout 240 python3 bench/gpu_reference.py --shapes "$shapes" >"$OUT/gpu_reference.log" 2>&1
-echo "bench/gpu_reference.py: rc $?"; grep -v '^{' "$OUT/gpu_reference.log" | tail -12
+timeout 240 python3 bench/gpu_reference.py --tiles --shapes "$shapes" >"$OUT/gpu_reference.log" 2>&1
+echo "bench/gpu_reference.py: rc $?"; grep -v -E '^[{#]|^Loading|^$' "$OUT/gpu_reference.log" | tail -12
 timeout 120 python3 bench/gpu.py ${1:+--quick} >"$OUT/gpu.log" 2>&1
 echo "bench/gpu.py: rc $?"; grep -v '^{' "$OUT/gpu.log" | tail -14
+# The reference with its own CUDA kernel for the WKV (nvcc compiles it first, about a minute).
+timeout 200 python3 bench/gpu_reference.py --cuda-kernel --shapes "$shapes" >"$OUT/gpu_reference_kernel.log" 2>&1
+echo "bench/gpu_reference.py --cuda-kernel: rc $?"; grep -v -E '^[{#]|^Loading|^$' "$OUT/gpu_reference_kernel.log" | tail -8
 cp bench/results/gpu*-nogit* bench/results/gpu*-"${BENCH_COMMIT:-none}"* "$OUT"/ 2>/dev/null
 grep -E "passed|failed|Error" "$OUT/test_gpu.log" | tail -5

@@ -67,7 +67,41 @@ def our_figures(path: Path, adapter: int, prompt: list[int]) -> tuple[dict, obje
             for _ in range(STEPS):
                 model.step(inputs)
         figures[f"decode_b{batch}_tps"] = batch * STEPS / best_of(3, steps)
+    figures.update(encode_cost(model))
     return figures, model
+
+
+def encode_cost(model) -> dict:
+    """The batch-1 step's dispatches and the CPU's time to encode and submit them, not waiting
+    for the GPU: how much of a step is the host's."""
+    program = model.programs[(1, 1, 1)]
+    sync = lambda: model.gpu.device.queue.read_buffer(model.space.logits, 0, 4)
+    sync()
+    start = time.perf_counter()
+    for _ in range(STEPS):
+        model.kernels.run(program)
+    encode = (time.perf_counter() - start) / STEPS
+    sync()
+    return {"b1_dispatches": len(program), "b1_encode_ms": encode * 1e3}
+
+
+def tile_sweep(model, prompt: list[int]) -> dict:
+    """Our prefill tokens/s with the tiled kernel's height TM forced to 1, 2 and 4 (bench only:
+    which block of rows suits this adapter; `recorder.matmul_tile` chooses by the rows alone)."""
+    from ai00_like.rwkv.gpu import recorder
+
+    chosen = recorder.matmul_tile
+    out = {}
+    try:
+        for tm in (1, 2, 4):
+            recorder.matmul_tile = lambda rows, tm=tm: (("TM", tm),) + chosen(rows)[1:]
+            model.programs.clear()
+            model.forward(prompt)
+            out[f"TM{tm}"] = PROMPT / best_of(2, lambda: model.forward(prompt))
+    finally:
+        recorder.matmul_tile = chosen
+        model.programs.clear()
+    return out
 
 
 class Reference:
@@ -120,7 +154,7 @@ class Reference:
         return np.stack(rows), tokens
 
 
-def compare(shape: str, adapter: int, strategy: str) -> dict:
+def compare(shape: str, adapter: int, strategy: str, tiles: bool) -> dict:
     path = bf16_checkpoint(shape)
     vocab = SHAPES[shape]["vocab"]
     rng = np.random.default_rng(0)
@@ -133,6 +167,8 @@ def compare(shape: str, adapter: int, strategy: str) -> dict:
     reference_memory_cleanup()
     ours, model = our_figures(path, adapter, prompt)
     error, agreement = against_reference(model, agree_prompt, ref_logits, ref_tokens)
+    if tiles:
+        ours["prefill_tps_by_tile"] = tile_sweep(model, prompt)
     return {"ours": ours, "reference": theirs,
             "ratios": {k: ours[k] / theirs[k] for k in ours if k.endswith("_tps")},
             "max_rel_err": error, "greedy_agreement": agreement}
@@ -154,6 +190,7 @@ def main() -> None:
     parser.add_argument("--adapter", type=int, default=None, help="WebGPU adapter index (default: the best real one)")
     parser.add_argument("--strategy", default="cuda fp16", help="the reference's strategy ('cpu fp32' for a smoke run)")
     parser.add_argument("--cuda-kernel", action="store_true", help="the reference with RWKV_CUDA_ON=1 (compiles with nvcc)")
+    parser.add_argument("--tiles", action="store_true", help="also our prefill with each height of the tiled kernel")
     parser.add_argument("--no-save", action="store_true", help=record.NO_SAVE_HELP)
     args = parser.parse_args()
     os.environ["RWKV_V7_ON"] = "1"
@@ -169,7 +206,7 @@ def main() -> None:
     print("shape  engine      prefill   decode b1  decode b16   load s", flush=True)
     for shape in args.shapes.split(","):
         try:
-            out = results["shapes"][shape] = compare(shape, adapter, args.strategy)
+            out = results["shapes"][shape] = compare(shape, adapter, args.strategy, args.tiles)
         except Exception as error:  # noqa: BLE001 - a shape that fails leaves the others' figures
             results["shapes"][shape] = {"error": repr(error)}
             print(f"{shape}: failed: {error!r}", flush=True)
@@ -181,6 +218,11 @@ def main() -> None:
         r = out["ratios"]
         print(f"{shape:6} ours/ref   {r['prefill_tps']:9.2f} {r['decode_b1_tps']:11.2f} {r['decode_b16_tps']:11.2f}; "
               f"max |Δlogits|/std {out['max_rel_err']:.2e}, greedy agreement {out['greedy_agreement']:.3f}", flush=True)
+        if args.tiles:
+            print(f"{shape:6} our prefill by tile height: " + ", ".join(
+                f"{k} {v:.1f}" for k, v in out["ours"]["prefill_tps_by_tile"].items()), flush=True)
+        print(f"{shape:6} our batch-1 step: {out['ours']['b1_dispatches']} dispatches, "
+              f"{out['ours']['b1_encode_ms']:.2f} ms to encode and submit", flush=True)
     print(json.dumps(results))
     record.save("gpu_reference", results, args)
 

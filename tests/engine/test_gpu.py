@@ -365,7 +365,12 @@ def test_fp16_weights_widen_exactly(models, entry):
                                     [x, stored.parts[0].buffer, y], groups, prelude="weights_f16.wgsl", constants=tile)
     gpu.kernels.run([dispatch])
     got = np.frombuffer(device.queue.read_buffer(y), dtype=np.float32).reshape(rows, 16)
-    np.testing.assert_array_equal(got, weights.T[:rows])
+    want = weights.T[:rows]
+    # WGSL lets an implementation flush subnormals to zero (NVIDIA's Vulkan driver does, for
+    # 6e-8 and 6.1e-5 here); every normal value must come out exactly.
+    subnormal = np.abs(want) < np.finfo(np.float16).tiny
+    np.testing.assert_array_equal(got[~subnormal], want[~subnormal])
+    assert np.all((got[subnormal] == want[subnormal]) | (got[subnormal] == 0))
 
 
 @pytest.mark.skipif(ADAPTER is None or not ADAPTER.subgroups, reason="the adapter has no subgroups")

@@ -44,7 +44,9 @@ fn store(row: u32, col: u32, acc: f32) {
 
 const TK: u32 = 16u;  // the K extent of a staged tile
 var<workgroup> xs: array<array<f32, 16>, 16u * TM>;
-var<workgroup> ws: array<array<f32, 16>, 16u * TN>;
+// A weight row padded to 17: the products read column kk of 16 rows at once (lid.x), which
+// at a stride of 16 words fell into two of the 32 banks (an 8-way conflict on an NVIDIA H200).
+var<workgroup> ws: array<array<f32, 17>, 16u * TN>;
 
 @compute @workgroup_size(16, 16)
 fn matmul_tiled(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
