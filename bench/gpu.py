@@ -142,7 +142,7 @@ def kernel_figures(model: GpuModel, size: int, rows: int) -> dict:
             seconds = timed(kernels, [dispatch], 1, sync, tries=3)
             out["matmul"][f"{tm}x{tn}"] = 2 * rows * half * size / seconds / 1e9
     out["copy_GBps"] = max(copies)
-    used = "{}x{}".format(*(v for _, v in recorder.matmul_tile(rows)))
+    used = "{}x{}".format(*(v for _, v in recorder.matmul_tile(rows, model.gpu.adapter.software)))
     out["matmul_used"] = used
     out["matmul_of_best"] = out["matmul"][used] / max(out["matmul"].values())
     return out

@@ -87,14 +87,15 @@ def encode_cost(model) -> dict:
 
 def tile_sweep(model, prompt: list[int]) -> dict:
     """Our prefill tokens/s with the tiled kernel's height TM forced to 1, 2 and 4 (bench only:
-    which block of rows suits this adapter; `recorder.matmul_tile` chooses by the rows alone)."""
+    which block of rows suits this adapter; `recorder.matmul_tile` chooses by the rows and
+    whether the adapter is software)."""
     from ai00_like.rwkv.gpu import recorder
 
     chosen = recorder.matmul_tile
     out = {}
     try:
         for tm in (1, 2, 4):
-            recorder.matmul_tile = lambda rows, tm=tm: (("TM", tm),) + chosen(rows)[1:]
+            recorder.matmul_tile = lambda rows, software, tm=tm: (("TM", tm),) + chosen(rows, software)[1:]
             model.programs.clear()
             model.forward(prompt)
             out[f"TM{tm}"] = PROMPT / best_of(2, lambda: model.forward(prompt))

@@ -292,6 +292,25 @@ def test_long_prompts_run_in_chunks_with_the_same_result(models, monkeypatch):
     np.testing.assert_allclose(hidden, want_hidden, rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.parametrize("software", [True, False])
+def test_prefill_tiles_of_software_and_hardware_adapters_match_numpy(models, software, monkeypatch):
+    """A real GPU's prefill runs the tiled kernel one row per thread, a software adapter's up
+    to four: both shapes of tile (whatever this adapter is) give numpy's logits."""
+    import dataclasses
+
+    cpu, gpu = models
+    monkeypatch.setattr(gpu.gpu, "adapter", dataclasses.replace(gpu.gpu.adapter, software=software))
+    gpu.programs.clear()  # recorded with the adapter's own tiles
+    try:
+        prompt = tokens(61, 70)  # 70 rows: TM 4 on a software adapter
+        got, state = gpu.forward(prompt, full_output=True)
+        want, want_state = cpu.forward(prompt, full_output=True)
+        assert max(rel_err(g, w) for g, w in zip(got, want)) < TOLERANCE
+        np.testing.assert_allclose(state.wkv, want_state.wkv, rtol=1e-4, atol=1e-5)
+    finally:
+        gpu.programs.clear()
+
+
 @pytest.mark.parametrize("precision, quant", [("fp32", 0), ("fp16", 0), ("fp16", 2)])
 def test_matrices_larger_than_a_binding_are_split_by_rows(precision, quant, monkeypatch):
     from ai00_like.rwkv.gpu.model import GpuModel
