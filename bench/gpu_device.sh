@@ -34,6 +34,9 @@ timeout 240 python3 bench/gpu_reference.py --tiles --shapes "$shapes" >"$OUT/gpu
 echo "bench/gpu_reference.py: rc $?"; grep -v -E '^[{#]|^Loading|^$' "$OUT/gpu_reference.log" | tail -12
 timeout 120 python3 bench/gpu.py ${1:+--quick} >"$OUT/gpu.log" 2>&1
 echo "bench/gpu.py: rc $?"; grep -v '^{' "$OUT/gpu.log" | tail -14
+# Speculative decoding on the GPU: forced drafts at 0.1B (accepted 100%, 50%, 0%).
+timeout 150 python3 bench/speculative.py --device gpu --skip-demo --rounds 2 >"$OUT/speculative.log" 2>&1
+echo "bench/speculative.py --device gpu: rc $?"; grep -E "forced|run " "$OUT/speculative.log" | tail -4
 # The reference with its own CUDA kernel for the WKV (nvcc compiles it first, about a minute).
 timeout 200 python3 bench/gpu_reference.py --cuda-kernel --shapes "$shapes" >"$OUT/gpu_reference_kernel.log" 2>&1
 echo "bench/gpu_reference.py --cuda-kernel: rc $?"; grep -v -E '^[{#]|^Loading|^$' "$OUT/gpu_reference_kernel.log" | tail -8

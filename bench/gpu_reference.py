@@ -82,7 +82,25 @@ def encode_cost(model) -> dict:
         model.kernels.run(program)
     encode = (time.perf_counter() - start) / STEPS
     sync()
-    return {"b1_dispatches": len(program), "b1_encode_ms": encode * 1e3}
+    return {"b1_dispatches": len(program), "b1_encode_ms": encode * 1e3,
+            "decode_b1_tps_not_encoded_ahead": not_encoded_ahead(model)}
+
+
+def not_encoded_ahead(model) -> float:
+    """Batch-1 decoding tokens/s with each step encoded only when it runs (kernels.EncodedAhead off)."""
+    from ai00_like.rwkv.gpu import kernels
+
+    prepare = kernels.EncodedAhead.prepare
+    kernels.EncodedAhead.prepare = lambda self, program: None
+    try:
+        inputs = [StepInput(0, [1], "last")]
+
+        def steps():
+            for _ in range(STEPS):
+                model.step(inputs)
+        return STEPS / best_of(3, steps)
+    finally:
+        kernels.EncodedAhead.prepare = prepare
 
 
 def tile_sweep(model, prompt: list[int]) -> dict:
@@ -223,7 +241,8 @@ def main() -> None:
             print(f"{shape:6} our prefill by tile height: " + ", ".join(
                 f"{k} {v:.1f}" for k, v in out["ours"]["prefill_tps_by_tile"].items()), flush=True)
         print(f"{shape:6} our batch-1 step: {out['ours']['b1_dispatches']} dispatches, "
-              f"{out['ours']['b1_encode_ms']:.2f} ms to encode and submit", flush=True)
+              f"{out['ours']['b1_encode_ms']:.2f} ms to encode and submit; "
+              f"{out['ours']['decode_b1_tps_not_encoded_ahead']:.1f} tokens/s not encoded ahead", flush=True)
     print(json.dumps(results))
     record.save("gpu_reference", results, args)
 

@@ -12,7 +12,7 @@ core (Middleware and Backend, as the HTTP tier drives them).
 Rounds alternate plain and speculative runs; medians are printed as tokens/s after the
 first token (the prompt's prefill left out) and their ratio, then saved as JSON.
 
-    .venv/bin/python bench/speculative.py [--rounds 3] [--tokens 128] [--shape 0.1B] [--draft-tokens 4]
+    .venv/bin/python bench/speculative.py [--rounds 3] [--tokens 128] [--shape 0.1B] [--draft-tokens 4] [--device gpu]
 """
 
 from __future__ import annotations
@@ -81,9 +81,10 @@ class Stream:
         self.rate = (len(self.tokens) - 1) / (time.perf_counter() - first)
 
 
-def load(path: Path, tokenizer: str | None, draft_tokens: int) -> Middleware:
+def load(path: Path, tokenizer: str | None, draft_tokens: int, device: str) -> Middleware:
     mw, box = Middleware(), queue.Queue()
-    mw.send(Load(ModelSpec(path=str(path), tokenizer=tokenizer, max_batch=4, draft_tokens=draft_tokens), box.put))
+    mw.send(Load(ModelSpec(path=str(path), tokenizer=tokenizer, max_batch=4, draft_tokens=draft_tokens, device=device),
+                 box.put))
     if not isinstance(box.get(timeout=1200), Loaded):
         raise SystemExit(f"could not load {path}")
     model = next(iter(mw.models.values())).model
@@ -145,13 +146,14 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--shape", default="0.1B", help="the forced-draft mechanics' shape (bench/shapes.py)")
     parser.add_argument("--draft-tokens", type=int, default=4, help="the longest draft ([model] draft_tokens)")
+    parser.add_argument("--device", default="auto", help="[model] device: cpu, gpu or an adapter index")
     parser.add_argument("--skip-demo", action="store_true", help="only the forced drafts at --shape")
     parser.add_argument("--no-save", action="store_true", help=record.NO_SAVE_HELP)
     args = parser.parse_args()
     results = {}
     if not args.skip_demo:
         note("demo model")
-        mw = load(MODELS / "demo.st", str(MODELS / "demo_vocab.txt"), args.draft_tokens)
+        mw = load(MODELS / "demo.st", str(MODELS / "demo_vocab.txt"), args.draft_tokens, args.device)
         try:
             for task, prompt in TASKS:
                 note(f"demo, {task}")
@@ -159,7 +161,7 @@ def main() -> None:
         finally:
             mw.close()
     note(f"{args.shape} shape, forced drafts")
-    mw = load(bf16_checkpoint(args.shape), None, args.draft_tokens)
+    mw = load(bf16_checkpoint(args.shape), None, args.draft_tokens, args.device)
     try:
         results[f"forced_{args.shape}"] = forced(mw, CHAT, args.tokens, args.rounds, args.draft_tokens)
     finally:

@@ -118,6 +118,24 @@ def test_batched_step_of_mixed_slots_matches_single_runs(models):
     np.testing.assert_allclose(gpu.read_state(3).wkv, state3.wkv, rtol=1e-4, atol=1e-5)
 
 
+def test_decoding_steps_encoded_ahead_match_numpy(models):
+    """A decoding step's command buffer is encoded during the step before; steps of another
+    shape in between, and a rolled-back state, run what they must."""
+    cpu, gpu = models
+    for model in (cpu, gpu):
+        for slot in range(4):
+            model.reset(slot)
+    shapes = [[0], [0], [0, 1], [0], [1], [0, 1, 2], [0, 1, 2]]  # slots stepping, one token each
+    for n, slots in enumerate(shapes):
+        if n == 4:  # a rollback between two steps of one shape, as a failed draft does
+            for model in (cpu, gpu):
+                model.write_state(1, model.initial_state())
+        inputs = [StepInput(slot, tokens(30 + n, 1), "last") for slot in slots]
+        for want, got in zip(cpu.step(inputs), gpu.step(inputs)):
+            assert rel_err(got, want) < TOLERANCE, (n, slots)
+    assert gpu.ahead.program is not None  # the last step prepared the next
+
+
 def test_state_save_restore_and_reset(models):
     cpu, gpu = models
     prompt, more = tokens(20, 12), tokens(21, 4)

@@ -63,12 +63,43 @@ class Kernels:
         g = tuple(groups) + (1,) * (3 - len(groups))
         return Dispatch(pipeline, bind_group, g)
 
-    def run(self, dispatches: list[Dispatch]) -> None:
+    def encode(self, dispatches: list[Dispatch]):
+        """One compute pass of `dispatches`, finished into a command buffer to submit."""
         encoder = self.device.create_command_encoder()
         compute = encoder.begin_compute_pass()
+        pipeline = None
         for d in dispatches:
-            compute.set_pipeline(d.pipeline)
+            if d.pipeline is not pipeline:  # a pass keeps its pipeline: ~40% of a step's dispatches reuse it
+                compute.set_pipeline(d.pipeline)
+                pipeline = d.pipeline
             compute.set_bind_group(0, d.bind_group)
             compute.dispatch_workgroups(*d.groups)
         compute.end()
-        self.device.queue.submit([encoder.finish()])
+        return encoder.finish()
+
+    def run(self, dispatches: list[Dispatch]) -> None:
+        self.device.queue.submit([self.encode(dispatches)])
+
+
+class EncodedAhead:
+    """A decoding step's command buffer, encoded while the GPU runs the step before it.
+
+    The host takes about 10 µs to encode each of a step's hundreds of dispatches: 3.2-6.3 ms
+    of a 5.5-16.5 ms batch-1 step on an NVIDIA H200's host (bench/gpu_reference.py). A step's
+    dispatches do not depend on its tokens, which reach the GPU through buffers, so the next
+    step of the same recorded program can be encoded during this one's wait for its logits."""
+
+    def __init__(self, kernels: Kernels):
+        self.kernels = kernels
+        self.program: list[Dispatch] | None = None
+        self.buffer = None
+
+    def submit(self, program: list[Dispatch]) -> None:
+        """Run `program`: its buffer encoded ahead if that was for this very program."""
+        buffer = self.buffer if program is self.program else self.kernels.encode(program)
+        self.program = self.buffer = None
+        self.kernels.device.queue.submit([buffer])
+
+    def prepare(self, program: list[Dispatch]) -> None:
+        """Encode `program` for a next step (dropped if that step runs another)."""
+        self.program, self.buffer = program, self.kernels.encode(program)

@@ -25,8 +25,8 @@ from ..weights import LayerWeights, as_float32, embedding_rows, file_precision
 from .blocks import Block
 from .buffers import Uploader
 from .device import Device
-from .kernels import Kernels
-from .recorder import WANTED, Recorder, Workspace
+from .kernels import EncodedAhead, Kernels
+from .recorder import MATVEC_ROWS, WANTED, Recorder, Workspace
 from .states import GpuStates
 
 MAX_HEAD_SIZE = 64  # the WKV kernels keep one row of a head's state per thread, N ≤ 64 threads
@@ -61,6 +61,7 @@ class GpuModel:
         self.gpu = Device(adapter)
         self.adapter = self.gpu.adapter
         self.kernels = Kernels(self.gpu.device)
+        self.ahead = EncodedAhead(self.kernels)
         up = Uploader(self.gpu, precision, self.max_binding)
         self.emb = tensors["emb.weight"]  # stays in CPU memory; rows are gathered per step
         vec = lambda name: as_float32(tensors[name]).reshape(-1)
@@ -162,9 +163,12 @@ class GpuModel:
         self.space.write_plan(layout)
         queue = self.gpu.device.queue
         queue.write_buffer(self.space.act, 0, embedding_rows(self.emb, layout.ids))
-        self.kernels.run(self._program(rows, len(layout.active), wanted))
+        program = self._program(rows, len(layout.active), wanted)
+        self.ahead.submit(program)
         if not wanted:
             return layout.results(None)
+        if rows <= MATVEC_ROWS:  # a decoding step: the next one is likely the same program
+            self.ahead.prepare(program)
         V = self.info.vocab
         logits = np.frombuffer(queue.read_buffer(self.space.logits, 0, 4 * wanted * V), dtype=np.float32)
         return layout.results(logits.reshape(wanted, V).copy())
