@@ -9,6 +9,7 @@ engine, in one process, one engine after the other:
 * prefill tokens/s of a 512-token prompt (the best of 3, after a warm-up);
 * decoding tokens/s at batch 1 and 16 (the reference has no batched state: its batch of 16
   is 16 sequences stepped one after another, as a server built on it would);
+* ours again without subgroups, and at batch 1 without encoding a step ahead (kernels.py);
 * greedy agreement: the reference decodes 64 greedy tokens after a 64-token prompt; ours is
   fed the same tokens (rwkv/accuracy.py), giving the worst |Δlogits|/std and the share of
   steps where both pick the same token.
@@ -59,6 +60,18 @@ def our_figures(path: Path, adapter: int, prompt: list[int]) -> tuple[dict, obje
     figures = {"load_s": time.perf_counter() - start}
     model.forward(prompt[:64])
     figures["prefill_tps"] = PROMPT / best_of(3, lambda: model.forward(prompt))
+    figures.update(decode_figures(model, prompt))
+    figures.update(encode_cost(model))
+    model.use_subgroups = False  # the matrix–vector kernels measured slower with them on an H200
+    model.programs.clear()
+    figures.update({f"{k}_without_subgroups": v for k, v in decode_figures(model, prompt).items()})
+    del model.use_subgroups
+    model.programs.clear()
+    return figures, model
+
+
+def decode_figures(model, prompt: list[int]) -> dict:
+    figures = {}
     for batch in BATCHES:
         inputs = [StepInput(slot, [prompt[slot]], "last") for slot in range(batch)]
         model.step(inputs)
@@ -67,8 +80,7 @@ def our_figures(path: Path, adapter: int, prompt: list[int]) -> tuple[dict, obje
             for _ in range(STEPS):
                 model.step(inputs)
         figures[f"decode_b{batch}_tps"] = batch * STEPS / best_of(3, steps)
-    figures.update(encode_cost(model))
-    return figures, model
+    return figures
 
 
 def encode_cost(model) -> dict:
@@ -243,6 +255,8 @@ def main() -> None:
         print(f"{shape:6} our batch-1 step: {out['ours']['b1_dispatches']} dispatches, "
               f"{out['ours']['b1_encode_ms']:.2f} ms to encode and submit; "
               f"{out['ours']['decode_b1_tps_not_encoded_ahead']:.1f} tokens/s not encoded ahead", flush=True)
+        print(f"{shape:6} our decoding without subgroups: batch 1 {out['ours']['decode_b1_tps_without_subgroups']:.1f},"
+              f" batch 16 {out['ours']['decode_b16_tps_without_subgroups']:.1f}", flush=True)
     print(json.dumps(results))
     record.save("gpu_reference", results, args)
 
