@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks of issue 37 in one run on a lent NVIDIA machine (the `device` tool), whose
 # image has torch with CUDA, numba and numpy but not wgpu, msgspec, rwkv nor the Vulkan
-# loader. Carried beside the tree (both ignored by git, see docs/performance.md "GPU backend"):
+# loader. Carried beside the tree (both ignored by git; bench/gpu_device_prepare.sh makes them):
 #   .whl/  wheels for Python 3.12: wgpu cffi pycparser rendercanvas msgspec llguidance redis rwkv
 #   .gl/   Debian's libvulkan1 (and the GL loaders) as .deb files
 # Writes logs and the benches' JSON to $OUT (or /tmp/gpu-out). Each part has its own time
