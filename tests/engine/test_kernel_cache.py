@@ -105,3 +105,24 @@ def test_a_change_to_a_module_a_kernel_inlines_compiles_it_again(tmp_path):
     intrinsics.write_text(intrinsics.read_text() + "\n# a changed line\n")
     assert run() == (1, 0)  # compiled again
     assert run() == (0, 1)
+
+
+STARTED = """
+from numba.np.ufunc import parallel
+from ai00_like.rwkv.cpu import jit
+before = parallel._is_initialized
+jit.compiler()
+print(before, parallel._is_initialized)
+"""
+
+
+def test_the_threading_layer_starts_before_any_kernel_runs():
+    """A kernel read from numba's cache can reach parallel loops (fused7_layer's `layer`
+    inlines them) before numba has started its threading layer; they then call through its
+    unset pointers and the process dies at address 0. That was seen at the warm-up of an Int8
+    model whose every kernel was cached; the order that leads there depends on the cache's
+    history, so this checks the remedy: setting up the compiler starts the layer."""
+    done = subprocess.run([sys.executable, "-c", STARTED], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "AI00_LIKE_NO_NUMBA": ""})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False", "True"]

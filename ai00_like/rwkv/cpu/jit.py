@@ -95,11 +95,17 @@ def compiler():
     if os.environ.get("AI00_LIKE_NO_NUMBA"):
         return None
     try:
-        from numba import njit, prange
+        from numba import get_num_threads, njit, prange
     except ImportError:
         return None
     _prefer_full_width_vectors()
     _cache_by_source()
+    # numba starts its threading layer when it compiles a parallel kernel, but a kernel read
+    # from its cache can reach the parallel loops it inlines (fused7_layer's `layer` does)
+    # before anything started it: they then call through the layer's unset function pointers,
+    # a segfault at address 0 (seen at the warm-up of an Int8 model with every kernel cached).
+    # Asking for the thread count starts it.
+    get_num_threads()
     return functools.partial(njit, parallel=True, fastmath=FASTMATH, cache=True, nogil=True), prange
 
 
