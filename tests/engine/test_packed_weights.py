@@ -154,8 +154,8 @@ AVX2_ONLY = "+avx2,+fma,+f16c,+avx,+sse4.2,+popcnt,+bmi,+bmi2,+lzcnt,+movbe,-avx
 
 
 def test_the_avx2_kernels_equal_the_scalar_ones_too(tmp_path):
-    """Compiled for an AVX2 CPU without AVX-512 (most desktop CPUs; NF4's lookup then takes
-    two 8-float permutes and a blend): run where numba compiles for such a CPU."""
+    """Compiled for an AVX2 CPU without AVX-512 (most desktop CPUs; NF4's lookup then is
+    byte shuffles, and x another order): run where numba compiles for such a CPU."""
     from ai00_like.rwkv.cpu import vector_dots
 
     if vector_dots.vector_width() != 16:
@@ -178,3 +178,32 @@ def test_the_avx2_kernels_equal_the_scalar_ones_too(tmp_path):
            "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
     ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
     assert ran.returncode == 0 and "same" in ran.stdout, ran.stderr[-2000:]
+
+
+AVX512 = "+avx512f,+avx512bw,+avx512vl,+avx512dq," + AVX2_ONLY.replace(",-avx512f", "")
+
+
+def test_the_avx512_kernels_compile_where_the_host_cannot_run_them(tmp_path):
+    """The other way round: on a host without AVX-512 the AVX-512 forms of the packed kernels
+    are at least compiled (not run: the host would fault), so a change to the code they
+    share with the AVX2 forms cannot leave them unbuildable unnoticed."""
+    from ai00_like.rwkv.cpu import vector_dots
+
+    if vector_dots.vector_width() == 16:
+        pytest.skip("the host has AVX-512: the other tests run these kernels")
+    script = tmp_path / "avx512.py"
+    script.write_text(
+        "import numpy as np\n"
+        "from numba import typeof\n"
+        "from ai00_like.rwkv.cpu import int8, nf4, vector_dots\n"
+        "assert vector_dots.vector_width() == 16\n"
+        "q, scales, levels = np.zeros((8, 352), np.uint8), np.zeros((8, 11), np.uint16), nf4.NF4_LEVELS\n"
+        "for rows in (1, 2, 3, 4, 5, 8, 9):\n"
+        "    x, out = np.zeros((rows, 704), np.float32), np.zeros((rows, 8), np.float32)\n"
+        "    nf4.nf4_kernel.compile(tuple(typeof(v) for v in (q, scales, levels, x, out)))\n"
+        "nf4.dequantise.compile(tuple(typeof(v) for v in (q, scales, levels, np.zeros((8, 704), np.float32))))\n"
+        "print('compiled')\n")
+    env = {**os.environ, "NUMBA_CPU_NAME": "skylake-avx512", "NUMBA_CPU_FEATURES": AVX512,
+           "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
+    assert ran.returncode == 0 and "compiled" in ran.stdout, ran.stderr[-2000:]

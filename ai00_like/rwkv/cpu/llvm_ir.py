@@ -42,21 +42,50 @@ def c_arrays(*arrays) -> bool:
     return all(isinstance(a, types.Array) and a.layout == "C" for a in arrays)
 
 
-def lookup_with(builder, levels_ptr, width):
-    """A function codes → levels for this CPU, its table loaded once into registers."""
-    vector, codes_type = fvec(width), ivec(width)
-    if width == 16:
-        table = builder.load(builder.bitcast(levels_ptr, vector.as_pointer()), align=4)
-        permute = declare(builder, "llvm.x86.avx512.permvar.sf.512", vector, vector, codes_type)
-        return lambda codes: builder.call(permute, [table, codes])
-    low = builder.load(builder.bitcast(levels_ptr, vector.as_pointer()), align=4)
-    high = builder.load(builder.bitcast(builder.gep(levels_ptr, [index(8)]), vector.as_pointer()), align=4)
-    permute = declare(builder, "llvm.x86.avx2.permps", vector, vector, codes_type)
-    seven = splat(7, codes_type)
+def lookup_with(builder, levels_ptr):
+    """AVX-512's NF4 lookup, codes → levels: one permute of the 16 levels a register holds."""
+    vector, codes_type = fvec(16), ivec(16)
+    table = builder.load(builder.bitcast(levels_ptr, vector.as_pointer()), align=4)
+    permute = declare(builder, "llvm.x86.avx512.permvar.sf.512", vector, vector, codes_type)
+    return lambda codes: builder.call(permute, [table, codes])
 
-    def lookup(codes):  # the permute reads the low 3 bits; the 4th picks the half
-        upper = builder.icmp_unsigned(">", codes, seven)
-        return builder.select(upper, builder.call(permute, [high, codes]), builder.call(permute, [low, codes]))
+
+def byte_plane_lookup_with(builder, levels_ptr):
+    """AVX2's NF4 lookup of a whole 64-weight block: a function <8 x i32> words (32 bytes,
+    two codes each) → 8 vectors of 8 levels, in the order nf4.code_position gives x.
+
+    Zen 3 runs the lane-crossing permute (vpermps) about one every two cycles, and the
+    permute lookup takes two for 8 codes: 4 cycles for 8 weights, what held a product to
+    5.5 billion weights a second on a core. A byte shuffle (vpshufb) looks up 32 codes in a
+    16-entry table of bytes at twice that rate: one shuffle for each byte of the 4 of a
+    float gives 32 levels, and byte and word unpacks put each level's 4 bytes together
+    again, in lanes of 8 floats (within each 128-bit half, as the unpacks work)."""
+    bytes32, halves = ir.VectorType(I8, 32), ir.VectorType(ir.IntType(16), 16)
+    table = builder.load(builder.bitcast(levels_ptr, ir.VectorType(I8, 64).as_pointer()), align=4)
+    planes = [builder.shuffle_vector(table, ir.Constant(ir.VectorType(I8, 64), None),
+                                     ir.Constant(ivec(32), [4 * (i % 16) + k for i in range(32)])) for k in range(4)]
+    shuffle = declare(builder, "llvm.x86.avx2.pshuf.b", bytes32, bytes32, bytes32)
+    nibble, four = splat(15, bytes32), splat(4, bytes32)
+
+    def unpack(a, b, high):  # vpunpck{l,h}{bw,wd}: within each 128-bit half
+        count = a.type.count
+        per_half = count // 2
+        first = per_half // 2 if high else 0
+        mask = [v for half in (0, per_half) for i in range(first, first + per_half // 2)
+                for v in (half + i, count + half + i)]
+        return builder.shuffle_vector(a, b, ir.Constant(ivec(count), mask))
+
+    def lookup(words):
+        packed = builder.bitcast(words, bytes32)
+        levels = []
+        for codes in (builder.and_(packed, nibble), builder.lshr(packed, four)):  # even, odd weights
+            p = [builder.call(shuffle, [plane, codes]) for plane in planes]
+            low = [builder.bitcast(unpack(p[0], p[1], high), halves) for high in (False, True)]
+            top = [builder.bitcast(unpack(p[2], p[3], high), halves) for high in (False, True)]
+            for half in (0, 1):
+                for high in (False, True):
+                    levels.append(builder.bitcast(unpack(low[half], top[half], high), fvec(8)))
+        return levels
     return lookup
 
 
@@ -132,21 +161,22 @@ class Nf4Dot:
         self.scales = [row_pointer(context, builder, absmax_t, absmax, w)[0] for w in weights]
         self.xs = [builder.bitcast(row_pointer(context, builder, x_t, x, builder.add(j, index(r)))[0],
                                    fvec(width).as_pointer()) for r in range(rows)]
-        self.lookup = lookup_with(builder, context.make_array(levels_t)(context, builder, levels).data, width)
+        levels_ptr = context.make_array(levels_t)(context, builder, levels).data
+        self.lookup = (byte_plane_lookup_with if width == 8 else lookup_with)(builder, levels_ptr)
         self.fma = declare(builder, f"llvm.fma.v{width}f32", fvec(width), fvec(width), fvec(width), fvec(width))
         self.total = running_sums(builder, fvec(width), rows, weight_rows)
         self.out = (context, builder, out_t, out, self.total, j, i, width)
 
     def chunk(self, at, codes_of, scale_of):
         """A chunk's share of every sum: code c of each lane's word times x's vector c."""
-        builder, nibble = self.builder, splat(15, ivec(self.width))
+        builder = self.builder
         sums = [[ir.Constant(fvec(self.width), None)] * self.rows for _ in range(self.weight_rows)]
-        packed = [codes_of(w) for w in self.words]
+        levels = [self.chunk_levels(codes_of(w)) for w in self.words]
         for c in range(8):
             position = builder.add(builder.mul(at, index(8)), index(c))
             x_parts = [builder.load(builder.gep(x_row, [position]), align=4) for x_row in self.xs]
-            for a, word in enumerate(packed):
-                w = self.lookup(builder.and_(builder.lshr(word, splat(4 * c, ivec(self.width))), nibble))
+            for a in range(self.weight_rows):
+                w = levels[a][c]
                 for r, x_part in enumerate(x_parts):
                     sums[a][r] = builder.call(self.fma, [w, x_part, sums[a][r]])
         for a in range(self.weight_rows):
@@ -154,6 +184,14 @@ class Nf4Dot:
             for r in range(self.rows):
                 total = self.total[a][r]
                 builder.store(builder.call(self.fma, [sums[a][r], scale, builder.load(total)]), total)
+
+    def chunk_levels(self, words):
+        """The chunk's 8 vectors of levels, vector c for x's vector c: the byte-plane lookup's
+        (AVX2), or code c of every word (AVX-512)."""
+        if self.width == 8:
+            return self.lookup(words)
+        builder, nibble = self.builder, splat(15, ivec(16))
+        return [self.lookup(builder.and_(builder.lshr(words, splat(4 * c, ivec(16))), nibble)) for c in range(8)]
 
     def emit(self):
         # A chunk is `width` words: one block of 64 weights with AVX2, two with AVX-512.
@@ -213,7 +251,10 @@ def nf4_row_ir(context, builder, sig, args, width):
     q_row, (_, half) = row_pointer(context, builder, q_t, q, i)
     scales, _ = row_pointer(context, builder, absmax_t, absmax, i)
     target, _ = row_pointer(context, builder, out_t, out, r)
-    lookup = lookup_with(builder, context.make_array(levels_t)(context, builder, levels).data, width)
+    levels_ptr = context.make_array(levels_t)(context, builder, levels).data
+    if width == 8:
+        return nf4_row_by_bytes(builder, q_row, half, scales, target, levels_ptr)
+    lookup = lookup_with(builder, levels_ptr)
     nibble, four = splat(15, ivec(width)), splat(4, ivec(width))
     # Weights 2t and 2t + 1 (byte t's low and high codes) side by side again.
     interleave = ir.Constant(ir.VectorType(I32, 2 * width), [v for t in range(width) for v in (t, width + t)])
@@ -230,6 +271,26 @@ def nf4_row_ir(context, builder, sig, args, width):
             pairs = builder.shuffle_vector(w_even, w_odd, interleave)
             address = builder.gep(target, [builder.mul(at, index(2))])
             builder.store(pairs, builder.bitcast(address, wide.as_pointer()), align=4)
+
+
+def nf4_row_by_bytes(builder, q_row, half, scales, target, levels_ptr):
+    """nf4_row with AVX2: each block's levels from the byte-plane lookup, put back in the
+    row's order (widening a row for a decoding batch took twice as long by permutes)."""
+    lookup, vector = byte_plane_lookup_with(builder, levels_ptr), fvec(8)
+    # Level vector j of the even weights holds weights 8j + 2u (u < 4) in its low half and
+    # 32 + 8j + 2u in its high one; vector 4 + j the odd weights beside them.
+    low, high = (ir.Constant(ivec(8), [v for u in range(4) for v in (first + u, first + 8 + u)]) for first in (0, 4))
+    blocks = builder.udiv(half, index(NF4_BLOCK_BYTES))
+    with cgutils.for_range(builder, blocks) as loop:
+        words = load_vector(builder, q_row, builder.mul(loop.index, index(NF4_BLOCK_BYTES)), ivec(8), 1)
+        scale = broadcast(builder, widen_half(builder, scales, loop.index), 8)
+        levels = [builder.fmul(level, scale) for level in lookup(words)]
+        start = builder.mul(loop.index, index(2 * NF4_BLOCK_BYTES))
+        for j in range(4):
+            for offset, order in ((8 * j, low), (32 + 8 * j, high)):
+                address = builder.gep(target, [builder.add(start, index(offset))])
+                builder.store(builder.shuffle_vector(levels[j], levels[4 + j], order),
+                              builder.bitcast(address, vector.as_pointer()), align=4)
 
 
 # ------------------------------------------------------------------ Int8

@@ -18,8 +18,10 @@ second; the 1.5B shape with its head Int8 at batch 1 against Int8 in the same pr
 1.12–1.15.
 
 A weight costs half a byte to read: decoding reads an eighth of fp32's bytes. Where the
-CPU has AVX2 or AVX-512, the levels are looked up sixteen or eight at a time in registers
-(vector_dots.py), 3 to 4 times faster than the scalar loop's table loads. A decoding
+CPU has AVX-512, the levels are looked up sixteen at a time in registers (vector_dots.py),
+3 to 4 times faster than the scalar loop's table loads. With AVX2 a block's 64 codes are
+looked up at once by byte shuffles, which leave its levels in another order
+(`code_position`): 5.5 → 9–10 billion weights a second on a Zen 3 core. A decoding
 batch of a few rows or more widens each 4 weight rows once instead (`widen_row`,
 batched.py), and prefill widens tiles of rows into fp32 for OpenBLAS (ops.linear), as for
 Int8 and 16-bit weights. `NF4` is this form's entry in the table of weight forms
@@ -91,13 +93,18 @@ widen = dot8 = dot4 = dot3 = dot2 = dot1 = dot1x4 = dot2x4 = dot3x4 = dot4x4 = w
 
 
 def code_position(k):  # pragma: no cover - compiled by numba
-    """Where x_by_code puts input k."""
+    """Where x_by_code puts input k: with AVX2, as the byte-plane lookup returns a block's
+    levels (llvm_ir.py: even weights, then odd; in each, bytes t of 4j… and 16 + 4j… of
+    the block's 32); otherwise code c of each lane's word (inputs 8i + c) side by side."""
+    if LANES == 8:
+        t, odd = k % CHUNK // 2, k % 2
+        return k // CHUNK * CHUNK + (odd * 4 + t % 16 // 4) * 8 + t % 4 + t // 16 * 4
     return k // CHUNK * CHUNK + k % 8 * LANES + k % CHUNK // 8
 
 
 def x_by_code(x):  # pragma: no cover - compiled by numba
-    """x [M, K] rearranged for the kernels: in each CHUNK of inputs, code c of every lane
-    (inputs 8i + c) side by side; zero past K up to a whole chunk."""
+    """x [M, K] rearranged for the kernels, each input where code_position puts it; zero
+    past K up to a whole chunk."""
     M, K = x.shape
     arranged = np.zeros((M, (K + CHUNK - 1) // CHUNK * CHUNK), dtype=np.float32)
     for m in range(M):
