@@ -245,6 +245,28 @@ def four_rows_times_four(W, w, x, j, out, n, P, ahead, lo, span):  # pragma: no 
     out[j, n + 3], out[j + 1, n + 3], out[j + 2, n + 3], out[j + 3, n + 3] = s30, s31, s32, s33
 
 
+def four_rows_times_four_in_pairs(W, w, x, j, out, n, P, ahead, lo, span):  # pragma: no cover - compiled by numba
+    """four_rows_times_four for a CPU with 16 vector registers (AVX2): its 16 running sums
+    and the vectors they need did not fit, and LLVM kept 6 of them on the stack inside the
+    loop. Two rows of x at a time: 8 sums, the weight rows read twice from L1."""
+    K = W.shape[1]
+    for jj in range(j, j + 4, 2):
+        s00 = s01 = s10 = s11 = s20 = s21 = s30 = s31 = np.float32(0.0)
+        for k in range(K):
+            w0, w1, w2, w3 = widen(W[w, k]), widen(W[w + 1, k]), widen(W[w + 2, k]), widen(W[w + 3, k])
+            x0, x1 = x[jj, k], x[jj + 1, k]
+            s00 += w0 * x0
+            s01 += w0 * x1
+            s10 += w1 * x0
+            s11 += w1 * x1
+            s20 += w2 * x0
+            s21 += w2 * x1
+            s30 += w3 * x0
+            s31 += w3 * x1
+        out[jj, n], out[jj + 1, n], out[jj, n + 1], out[jj + 1, n + 1] = s00, s01, s10, s11
+        out[jj, n + 2], out[jj + 1, n + 2], out[jj, n + 3], out[jj + 1, n + 3] = s20, s21, s30, s31
+
+
 def four_rows_times_row(W, w, x, j, out, n):  # pragma: no cover - compiled by numba
     """out[j, n : n + 4] = x[j] · W[w : w + 4]ᵀ."""
     K = W.shape[1]
@@ -288,11 +310,12 @@ if _tools is not None:
     pair_row_times_row, four_pair_rows_times_row = inlined(pair_row_times_row), inlined(four_pair_rows_times_row)
     x_halves, one_row, four_rows_one_row = inlined(x_halves), inlined(one_row), inlined(four_rows_one_row)
     four_rows_times_four = inlined(four_rows_times_four)
+    four_rows_times_four_in_pairs = inlined(four_rows_times_four_in_pairs)
     four_rows_times_row = inlined(four_rows_times_row)
     four_rows_times_x = inlined(four_rows_times_x)
 
     _vector = vector_dots.build()
-    block4 = _vector.block4 if _vector is not None and _vector.block4 is not None else four_rows_times_four
+    block4 = _vector.block4 if _vector is not None and _vector.block4 is not None else four_rows_times_four_in_pairs
     skinny = _tools.jit(skinny)
     three_products = _tools.jit(three_products)
     widen_all = _tools.jit(widen_all)
