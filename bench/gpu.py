@@ -6,9 +6,9 @@ to other adapters:
 * kernels: the matrix–vector kernel's effective bandwidth (weight bytes read per second,
   batch 1) as a fraction of a plain buffer-copy kernel's bandwidth (bytes read + written per
   second) on the same adapter, measured just before it, per weight format; the tiled matrix–matrix kernel's GFLOP/s
-  with the tile shape the model uses, as a fraction of the best of several shapes;
-* a synthetic RWKV-7: prefill and decode tokens/s at batch 1 and 16 on the GPU (fp16)
-  beside the numpy backend;
+  of each shape of the tiled and blocked kernels, at 64 and 256 rows;
+* a synthetic RWKV-7: prefill and decode tokens/s at batch 1 and 16 on the GPU (fp16, and
+  every layer's projections in Int8 and in NF4) beside the numpy backend;
 * memory: the layers' weight bytes of Int8 and NF4 (every layer) against fp16;
 * precision: fp16/Int8/NF4 against fp32 over 64 greedy steps (rwkv/accuracy.py).
 
@@ -53,10 +53,11 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) n
     }
 }
 """
-TILES = [(1, 1), (1, 2), (2, 1), (2, 2), (2, 4), (4, 2), (4, 4)]
-SHAPES = {
-    "full": {"matrix": 4096, "rows": 64, "model": {"n_layer": 6, "n_embd": 1024, "head_size": 64, "vocab": 16384}},
-    "quick": {"matrix": 2048, "rows": 64, "model": {"n_layer": 2, "n_embd": 256, "head_size": 64, "vocab": 4096}},
+TILES = [(1, 4), (2, 4), (4, 4)]  # matmul_tiled's TM × TN
+BLOCKS = [(8, 4), (16, 4), (8, 8), (16, 8)]  # matmul_blocked's WG_Y × RT (recorder.BLOCK_SHAPE)
+SHAPES = {  # "rows": a small prefill and a whole chunk (gpu/model.py's FORWARD_CHUNK)
+    "full": {"matrix": 4096, "rows": (64, 256), "model": {"n_layer": 6, "n_embd": 1024, "head_size": 64, "vocab": 16384}},
+    "quick": {"matrix": 2048, "rows": (64,), "model": {"n_layer": 2, "n_embd": 256, "head_size": 64, "vocab": 4096}},
 }
 
 
@@ -79,7 +80,27 @@ def grid(groups: int) -> tuple[int, int]:
     return (min(groups, 65535), -(-groups // 65535))
 
 
-def kernel_figures(model: GpuModel, size: int, rows: int) -> dict:
+def matmul_figures(kernels, buffers: list, size: int, rows: int, sync) -> dict:
+    """GFLOP/s of each matrix–matrix kernel shape on `rows` rows × the first half of the
+    `size`² fp16 matrix (a software adapter takes seconds for the whole)."""
+    half = size // 2
+    params = (rows, half, size, 0, size, 0, 0, half, 0, 0)
+    variants = {f"tiled {tm}x{tn}": ("matmul.wgsl", "matmul_tiled", (("TM", tm), ("TN", tn)), 16 * tm, 16 * tn)
+                for tm, tn in TILES}
+    variants |= {f"blocked {wy}x{rt}": (("matmul.wgsl", "matmul_blocked.wgsl"), "matmul_blocked",
+                                        (("TM", 1), ("TN", 4), ("WG_Y", wy), ("RT", rt)), wy * rt, 64)
+                 for wy, rt in BLOCKS}
+    out = {}
+    for name, (shader, entry, constants, block_rows, block_outputs) in variants.items():
+        groups = (-(-half // block_outputs), -(-rows // block_rows))
+        dispatch = kernels.dispatch(shader, entry, params, buffers, groups, prelude=recorder.WEIGHT_ACCESS["fp16"],
+                                    constants=(*constants, ("ROWS", 8)))
+        seconds = timed(kernels, [dispatch], 1, sync, tries=3)
+        out[name] = 2 * rows * half * size / seconds / 1e9
+    return out
+
+
+def kernel_figures(model: GpuModel, size: int, rows: tuple[int, ...]) -> dict:
     """Bandwidths and throughputs on `model`'s device, with `size`×`size` matrices."""
     device, kernels = model.gpu.device, model.kernels
     usage = STORAGE
@@ -103,8 +124,8 @@ def kernel_figures(model: GpuModel, size: int, rows: int) -> dict:
     out = {"matvec": {}, "matmul": {}}
 
     weights = np.random.default_rng(0).standard_normal((size, size)).astype(np.float32) * 0.02
-    x = device.create_buffer_with_data(data=np.ones(rows * size, np.float32), usage=usage)
-    y = device.create_buffer(size=4 * rows * size, usage=usage)
+    x = device.create_buffer_with_data(data=np.ones(max(rows) * size, np.float32), usage=usage)
+    y = device.create_buffer(size=4 * max(rows) * size, usage=usage)
     for fmt in ("fp16", "fp32", "int8", "nf4"):
         if fmt in ("int8", "nf4"):
             from ai00_like.rwkv.quant import QuantisedMatrix
@@ -130,21 +151,11 @@ def kernel_figures(model: GpuModel, size: int, rows: int) -> dict:
             seconds = timed(kernels, [dispatch], 8, sync)
             out["matvec"][fmt + ("+subgroups" if "subgroup" in entry else "")] = {
                 "GBps": nbytes / seconds / 1e9, "of_copy": nbytes / seconds / 1e9 / copy, "us": seconds * 1e6}
-        if fmt != "fp16":
-            continue
-        # the first `half` rows of the matrix: a software adapter takes seconds for the whole
-        half = size // 2
-        params = (rows, half, size, 0, size, 0, 0, half, 0, 0)
-        for tm, tn in TILES:
-            groups = (-(-half // (16 * tn)), -(-rows // (16 * tm)))
-            dispatch = kernels.dispatch("matmul.wgsl", "matmul_tiled", params, buffers, groups,
-                                        prelude=recorder.WEIGHT_ACCESS[fmt], constants=(("TM", tm), ("TN", tn), ("ROWS", 8)))
-            seconds = timed(kernels, [dispatch], 1, sync, tries=3)
-            out["matmul"][f"{tm}x{tn}"] = 2 * rows * half * size / seconds / 1e9
+        if fmt == "fp16":
+            for n in rows:
+                out["matmul"][f"{n} rows"] = matmul_figures(kernels, buffers, size, n, sync)
     out["copy_GBps"] = max(copies)
-    used = "{}x{}".format(*(v for _, v in recorder.matmul_tile(rows, model.gpu.adapter.software)))
-    out["matmul_used"] = used
-    out["matmul_of_best"] = out["matmul"][used] / max(out["matmul"].values())
+    out["matmul_used"] = "blocked {WG_Y}x{RT}".format(**recorder.BLOCK_SHAPE)
     return out
 
 
@@ -213,20 +224,21 @@ def main() -> None:
     for fmt, m in kernels["matvec"].items():
         print(f"matvec {shape['matrix']}² {fmt}, batch 1: {m['GBps']:.2f} GB/s of weights = "
               f"{m['of_copy']:.2f} × copy ({m['us']:.0f} µs)")
-    shapes = ", ".join(f"{k} {v:.1f}" for k, v in kernels["matmul"].items())
-    print(f"matmul {shape['rows']} rows × {shape['matrix'] // 2}×{shape['matrix']} fp16, GFLOP/s per TM×TN: {shapes}; "
-          f"used {kernels['matmul_used']} = {kernels['matmul_of_best']:.2f} × best")
+    for rows, figures in kernels["matmul"].items():
+        shapes = ", ".join(f"{k} {v:.3g}" for k, v in figures.items())
+        print(f"matmul {rows} × {shape['matrix'] // 2}×{shape['matrix']} fp16, GFLOP/s: {shapes}; "
+              f"the model uses {kernels['matmul_used']}")
 
     prompt = np.random.default_rng(2).integers(1, shape["model"]["vocab"], 256).tolist()
     steps = 4 if args.quick else 8
-    speed = {"gpu_fp16": throughput(gpu, prompt, steps),
-             "numpy": throughput(CpuModel(tensors, model_info, max_batch=16), prompt, steps)}
+    models = {"fp16": gpu} | {kind: GpuModel(tensors, model_info, max_batch=16, adapter=adapter, quant=99, quant_type=kind)
+                              for kind in ("int8", "nf4")}
+    speed = {f"gpu_{kind}": throughput(model, prompt, steps) for kind, model in models.items()}
+    speed["numpy"] = throughput(CpuModel(tensors, model_info, max_batch=16), prompt, steps)
     print(f"v7 {shape['model']}: tokens/s      prefill  decode b1  decode b16")
     for name, s in speed.items():
         print(f"  {name:10} {s['prefill_tps']:24.1f} {s['decode_b1_tps']:10.1f} {s['decode_b16_tps']:11.1f}")
 
-    models = {"fp16": gpu} | {kind: GpuModel(tensors, model_info, adapter=adapter, quant=99, quant_type=kind)
-                              for kind in ("int8", "nf4")}
     memory = {}
     for kind in ("int8", "nf4"):
         memory[kind] = projection_bytes(models[kind]) / projection_bytes(gpu)

@@ -115,22 +115,27 @@ def not_encoded_ahead(model) -> float:
         kernels.EncodedAhead.prepare = prepare
 
 
-def tile_sweep(model, prompt: list[int]) -> dict:
-    """Our prefill tokens/s with the tiled kernel's height TM forced to 1, 2 and 4 (bench only:
-    which block of rows suits this adapter; `recorder.matmul_tile` chooses by the rows and
-    whether the adapter is software)."""
+def kernel_sweep(model, prompt: list[int]) -> dict:
+    """Our prefill tokens/s with each matrix–matrix kernel forced: the tiled one (one row per
+    thread, what a GPU ran before the blocked kernel) and each shape of the blocked one (bench
+    only: which suits this adapter; `recorder.prefill_kernel` chooses)."""
     from ai00_like.rwkv.gpu import recorder
 
-    chosen = recorder.matmul_tile
+    chosen, shape = recorder.prefill_kernel, dict(recorder.BLOCK_SHAPE)
+    tiled = lambda rows, k, software: chosen(rows, 1, False)  # noqa: E731 - K 1: the tiled kernel
+    variants = {"tiled TM1": (tiled, shape)} | {
+        f"blocked {wy}x{rt}": (chosen, {"WG_Y": wy, "RT": rt}) for wy, rt in ((8, 4), (16, 4), (8, 8), (16, 8))}
     out = {}
     try:
-        for tm in (1, 2, 4):
-            recorder.matmul_tile = lambda rows, software, tm=tm: (("TM", tm),) + chosen(rows, software)[1:]
+        for name, (kernel, block) in variants.items():
+            recorder.prefill_kernel = kernel
+            recorder.BLOCK_SHAPE.update(block)
             model.programs.clear()
             model.forward(prompt)
-            out[f"TM{tm}"] = PROMPT / best_of(2, lambda: model.forward(prompt))
+            out[name] = PROMPT / best_of(2, lambda: model.forward(prompt))
     finally:
-        recorder.matmul_tile = chosen
+        recorder.prefill_kernel = chosen
+        recorder.BLOCK_SHAPE.update(shape)
         model.programs.clear()
     return out
 
@@ -199,7 +204,7 @@ def compare(shape: str, adapter: int, strategy: str, tiles: bool) -> dict:
     ours, model = our_figures(path, adapter, prompt)
     error, agreement = against_reference(model, agree_prompt, ref_logits, ref_tokens)
     if tiles:
-        ours["prefill_tps_by_tile"] = tile_sweep(model, prompt)
+        ours["prefill_tps_by_kernel"] = kernel_sweep(model, prompt)
     return {"ours": ours, "reference": theirs,
             "ratios": {k: ours[k] / theirs[k] for k in ours if k.endswith("_tps")},
             "max_rel_err": error, "greedy_agreement": agreement}
@@ -221,7 +226,7 @@ def main() -> None:
     parser.add_argument("--adapter", type=int, default=None, help="WebGPU adapter index (default: the best real one)")
     parser.add_argument("--strategy", default="cuda fp16", help="the reference's strategy ('cpu fp32' for a smoke run)")
     parser.add_argument("--cuda-kernel", action="store_true", help="the reference with RWKV_CUDA_ON=1 (compiles with nvcc)")
-    parser.add_argument("--tiles", action="store_true", help="also our prefill with each height of the tiled kernel")
+    parser.add_argument("--tiles", action="store_true", help="also our prefill with each matrix–matrix kernel shape")
     parser.add_argument("--no-save", action="store_true", help=record.NO_SAVE_HELP)
     args = parser.parse_args()
     os.environ["RWKV_V7_ON"] = "1"
@@ -250,8 +255,8 @@ def main() -> None:
         print(f"{shape:6} ours/ref   {r['prefill_tps']:9.2f} {r['decode_b1_tps']:11.2f} {r['decode_b16_tps']:11.2f}; "
               f"max |Δlogits|/std {out['max_rel_err']:.2e}, greedy agreement {out['greedy_agreement']:.3f}", flush=True)
         if args.tiles:
-            print(f"{shape:6} our prefill by tile height: " + ", ".join(
-                f"{k} {v:.1f}" for k, v in out["ours"]["prefill_tps_by_tile"].items()), flush=True)
+            print(f"{shape:6} our prefill by kernel: " + ", ".join(
+                f"{k} {v:.1f}" for k, v in out["ours"]["prefill_tps_by_kernel"].items()), flush=True)
         print(f"{shape:6} our batch-1 step: {out['ours']['b1_dispatches']} dispatches, "
               f"{out['ours']['b1_encode_ms']:.2f} ms to encode and submit; "
               f"{out['ours']['decode_b1_tps_not_encoded_ahead']:.1f} tokens/s not encoded ahead", flush=True)

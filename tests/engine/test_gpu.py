@@ -310,23 +310,68 @@ def test_long_prompts_run_in_chunks_with_the_same_result(models, monkeypatch):
     np.testing.assert_allclose(hidden, want_hidden, rtol=1e-3, atol=1e-4)
 
 
-@pytest.mark.parametrize("software", [True, False])
-def test_prefill_tiles_of_software_and_hardware_adapters_match_numpy(models, software, monkeypatch):
-    """A real GPU's prefill runs the tiled kernel one row per thread, a software adapter's up
-    to four: both shapes of tile (whatever this adapter is) give numpy's logits."""
-    import dataclasses
+TILED = {"software": True, "hardware": False}  # matmul_tiled's row heights: up to 4, or 1
+BLOCKED = {"16x4": (16, 4), "8x8": (8, 8)}  # matmul_blocked's WG_Y × RT
+
+
+@pytest.mark.parametrize("kernel", [*TILED, *BLOCKED])
+def test_every_prefill_kernel_matches_numpy(models, kernel, monkeypatch):
+    """A prefill runs the blocked kernel (any adapter; in every shape that the benches compare)
+    where K allows, else the tiled one (one row per thread on a GPU, up to four on a software
+    adapter): each gives numpy's logits."""
+    from ai00_like.rwkv.gpu import recorder
 
     cpu, gpu = models
-    monkeypatch.setattr(gpu.gpu, "adapter", dataclasses.replace(gpu.gpu.adapter, software=software))
-    gpu.programs.clear()  # recorded with the adapter's own tiles
+    if kernel in TILED:
+        tiled = lambda rows, k, software, chosen=recorder.prefill_kernel: chosen(rows, 1, TILED[kernel])
+        monkeypatch.setattr(recorder, "prefill_kernel", tiled)
+    else:
+        monkeypatch.setattr(recorder, "BLOCK_SHAPE", dict(zip(("WG_Y", "RT"), BLOCKED[kernel])))
+    gpu.programs.clear()  # recorded with the default kernel
     try:
-        prompt = tokens(61, 70)  # 70 rows: TM 4 on a software adapter
+        prompt = tokens(61, 70)  # 70 rows: TM 4 on a software adapter, two blocks of rows
         got, state = gpu.forward(prompt, full_output=True)
         want, want_state = cpu.forward(prompt, full_output=True)
         assert max(rel_err(g, w) for g, w in zip(got, want)) < TOLERANCE
         np.testing.assert_allclose(state.wkv, want_state.wkv, rtol=1e-4, atol=1e-5)
     finally:
         gpu.programs.clear()
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "fp16", "int8", "nf4"])
+def test_blocked_kernel_on_partial_blocks_of_every_format(models, fmt):
+    """Rows, outputs and K that fill no block (K a multiple of 8, not of the 32 staged), x at an
+    offset and stride, an activation and the residual added: as numpy computes them."""
+    from ai00_like.rwkv.gpu.buffers import STORAGE, Uploader
+    from ai00_like.rwkv.gpu.recorder import WEIGHT_ACCESS, prefill_kernel
+    from ai00_like.rwkv.quant import QuantisedMatrix, dequantise, quantise
+
+    _, gpu = models
+    rows, m, k, x_off, stride = 70, 100, 40, 3, 45
+    rng = np.random.default_rng(5)
+    weights = rng.standard_normal((m, k)).astype(np.float32) * 0.1
+    if fmt in ("int8", "nf4"):
+        matrix = Uploader(gpu.gpu).matrix(QuantisedMatrix.of(fmt, weights))
+        weights = dequantise(fmt, *quantise(fmt, weights), weights.size).reshape(m, k)
+    else:
+        matrix = Uploader(gpu.gpu, fmt).matrix(weights)
+        weights = weights.astype(np.float16).astype(np.float32) if fmt == "fp16" else weights
+    x = rng.standard_normal(x_off + rows * stride).astype(np.float32)
+    residual = rng.standard_normal((rows, m)).astype(np.float32)
+    device = gpu.gpu.device
+    x_buffer = device.create_buffer_with_data(data=x, usage=STORAGE)
+    y = device.create_buffer_with_data(data=residual, usage=STORAGE)
+    kernel = prefill_kernel(rows, k, software=False)
+    assert kernel.entry == "matmul_blocked"
+    groups = (-(-m // kernel.block_outputs), -(-rows // kernel.block_rows))
+    dispatch = gpu.kernels.dispatch(kernel.shader, kernel.entry, (rows, m, k, x_off, stride, 0, 0, m, 1, 1),
+                                    [x_buffer, matrix.parts[0].buffer, y, matrix.parts[0].scales], groups,
+                                    prelude=WEIGHT_ACCESS[fmt], constants=kernel.constants)
+    gpu.kernels.run([dispatch])
+    got = np.frombuffer(device.queue.read_buffer(y), dtype=np.float32).reshape(rows, m)
+    xs = np.stack([x[x_off + r * stride : x_off + r * stride + k] for r in range(rows)])
+    want = np.tanh(xs.astype(np.float64) @ weights.T.astype(np.float64)) + residual  # act 1: tanh
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("precision, quant", [("fp32", 0), ("fp16", 0), ("fp16", 2)])

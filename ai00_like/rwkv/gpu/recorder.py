@@ -4,6 +4,8 @@ norm, token shift, mix, matrix product, element-wise product, WKV)."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..batch import StepLayout
@@ -34,6 +36,32 @@ def matmul_tile(rows: int, software: bool = True) -> tuple:
     TM 4 at the 0.1B shape and as fast at 1.5B (bench/gpu_reference.py --tiles)."""
     tm = min(4, 1 << max(0, (rows - 1) // 16).bit_length()) if software else 1
     return (("TM", tm), ("TN", TILE_N), ("ROWS", 8 if rows <= 8 else MATVEC_ROWS))
+
+
+class PrefillKernel(NamedTuple):
+    """A matrix–matrix kernel for many rows: its shader files, entry, constants and the rows
+    and outputs one workgroup computes."""
+    shader: str | tuple[str, ...]
+    entry: str
+    constants: tuple
+    block_rows: int
+    block_outputs: int = 64
+
+
+# The blocked kernel's shape: 16 × WG_Y threads of RT rows × 4 outputs each (bench/gpu.py and
+# bench/gpu_reference.py --tiles compare shapes).
+BLOCK_SHAPE = {"WG_Y": 16, "RT": 4}
+
+
+def prefill_kernel(rows: int, k: int, software: bool) -> PrefillKernel:
+    """The blocked kernel (shaders/matmul_blocked.wgsl) where K allows 8-weight loads, which
+    is every projection of a released model; the tiled kernel for other K."""
+    tile = matmul_tile(rows, software)
+    if k % 8 == 0:
+        shape = tuple(BLOCK_SHAPE.items())
+        return PrefillKernel(("matmul.wgsl", "matmul_blocked.wgsl"), "matmul_blocked", (*tile, *shape),
+                             BLOCK_SHAPE["WG_Y"] * BLOCK_SHAPE["RT"])
+    return PrefillKernel("matmul.wgsl", "matmul_tiled", tile, 16 * tile[0][1], 16 * TILE_N)
 
 
 def matvec_group_rows(entry: str, subgroup_width: int) -> int:
@@ -109,13 +137,12 @@ class Recorder:
     def linear(self, src: str, matrix: Matrix, dst: str | None, activation: int = NONE, accumulate: int = 0,
                target=None, n_rows: int | None = None, src_shift: int = 0, src_stride: int | None = None):
         """dst (+)= activation(src · matrixᵀ), by the kernel that suits the rows: matrix–vector
-        for a decoding batch (one subgroup per outputs where the adapter has subgroups), tiled
+        for a decoding batch (one subgroup per outputs where the adapter has subgroups), blocked
         for a prefill. `target`: a buffer of its own instead of the activations (the logits)."""
         n_rows = self.rows if n_rows is None else n_rows
         off = self.off
         M, K = matrix.rows, matrix.cols
         tile = matmul_tile(n_rows, self.software)
-        tm = tile[0][1]
         dst_off = 0 if target is not None else off(dst)
         for part in matrix.parts:
             params = (n_rows, part.rows, K, off(src) + src_shift, src_stride or K, 0, dst_off + part.first,
@@ -126,7 +153,8 @@ class Recorder:
             elif n_rows < MATVEC_ROWS:
                 entry, groups = "matvec8" if K % 8 == 0 else "matvec", ((part.rows + 3) // 4, n_rows)
             else:
-                entry, groups = "matmul_tiled", (-(-part.rows // (16 * TILE_N)), -(-n_rows // (16 * tm)))
+                shader, entry, constants, block_rows, block_outputs = prefill_kernel(n_rows, K, self.software)
+                groups = (-(-part.rows // block_outputs), -(-n_rows // block_rows))
             if entry in ("matvec8", "matvec8_rows") and self.subgroups:
                 # each subgroup on its own outputs: no workgroup reduction (shaders/matvec_subgroup.wgsl)
                 shader, entry = ("matmul.wgsl", "matvec_subgroup.wgsl"), entry + "_subgroup"
@@ -135,7 +163,7 @@ class Recorder:
                 x4 = int((off(src) + src_shift) % 4 == 0 and (src_stride or K) % 4 == 0)
                 constants = (*tile, ("GROUP_ROWS", rows_per_group), ("X4", x4))
             buffers = [self.act, part.buffer, target or self.act, part.scales]
-            if shader != "matmul.wgsl":
+            if "subgroup" in entry:
                 buffers.append(self.act)  # binding 5: x as vec4
             self.dispatch(shader, entry, params, buffers, groups, prelude=WEIGHT_ACCESS[matrix.format],
                           constants=constants)
