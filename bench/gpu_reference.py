@@ -9,7 +9,8 @@ engine, in one process, one engine after the other:
 * prefill tokens/s of a 512-token prompt (the best of 3, after a warm-up);
 * decoding tokens/s at batch 1 and 16 (the reference has no batched state: its batch of 16
   is 16 sequences stepped one after another, as a server built on it would);
-* ours again without subgroups, and at batch 1 without encoding a step ahead (kernels.py);
+* ours again with the other kind of matrix–vector kernel (subgroups or not), and at batch 1
+  without encoding a step ahead (kernels.py);
 * greedy agreement: the reference decodes 64 greedy tokens after a 64-token prompt; ours is
   fed the same tokens (rwkv/accuracy.py), giving the worst |Δlogits|/std and the share of
   steps where both pick the same token.
@@ -62,10 +63,12 @@ def our_figures(path: Path, adapter: int, prompt: list[int]) -> tuple[dict, obje
     figures["prefill_tps"] = PROMPT / best_of(3, lambda: model.forward(prompt))
     figures.update(decode_figures(model, prompt))
     figures.update(encode_cost(model))
-    model.use_subgroups = False  # the matrix–vector kernels measured slower with them on an H200
+    figures["subgroups"] = used = model.subgroups_used
+    model.use_subgroups = not used  # the other kind of matrix–vector kernel, to compare
     model.programs.clear()
-    figures.update({f"{k}_without_subgroups": v for k, v in decode_figures(model, prompt).items()})
-    del model.use_subgroups
+    other = "without" if used else "with"
+    figures.update({f"{k}_{other}_subgroups": v for k, v in decode_figures(model, prompt).items()})
+    model.use_subgroups = None
     model.programs.clear()
     return figures, model
 
@@ -118,23 +121,27 @@ def not_encoded_ahead(model) -> float:
 def kernel_sweep(model, prompt: list[int]) -> dict:
     """Our prefill tokens/s with each matrix–matrix kernel forced: the tiled one (one row per
     thread, what a GPU ran before the blocked kernel) and each shape of the blocked one (bench
-    only: which suits this adapter; `recorder.prefill_kernel` chooses)."""
+    only: which suits this adapter; `recorder.prefill_kernel` chooses); then the chosen one
+    with the whole prompt in one step, not chunks of gpu/model.py's FORWARD_CHUNK (a server's
+    token_chunk_size)."""
+    from ai00_like.rwkv.gpu import model as gpu_model
     from ai00_like.rwkv.gpu import recorder
 
-    chosen, shape = recorder.prefill_kernel, dict(recorder.BLOCK_SHAPE)
+    chosen, shape, chunk = recorder.prefill_kernel, dict(recorder.BLOCK_SHAPE), gpu_model.FORWARD_CHUNK
     tiled = lambda rows, k, software: chosen(rows, 1, False)  # noqa: E731 - K 1: the tiled kernel
-    variants = {"tiled TM1": (tiled, shape)} | {
-        f"blocked {wy}x{rt}": (chosen, {"WG_Y": wy, "RT": rt}) for wy, rt in ((8, 4), (16, 4), (8, 8), (16, 8))}
+    variants = {"tiled TM1": (tiled, shape, chunk)} | {
+        f"blocked {wy}x{rt}": (chosen, {"WG_Y": wy, "RT": rt}, chunk) for wy, rt in ((8, 4), (16, 4), (8, 8), (16, 8))}
+    variants[f"chosen, chunks of {PROMPT}"] = (chosen, shape, PROMPT)
     out = {}
     try:
-        for name, (kernel, block) in variants.items():
-            recorder.prefill_kernel = kernel
+        for name, (kernel, block, rows) in variants.items():
+            recorder.prefill_kernel, gpu_model.FORWARD_CHUNK = kernel, rows
             recorder.BLOCK_SHAPE.update(block)
             model.programs.clear()
             model.forward(prompt)
             out[name] = PROMPT / best_of(2, lambda: model.forward(prompt))
     finally:
-        recorder.prefill_kernel = chosen
+        recorder.prefill_kernel, gpu_model.FORWARD_CHUNK = chosen, chunk
         recorder.BLOCK_SHAPE.update(shape)
         model.programs.clear()
     return out
@@ -260,8 +267,9 @@ def main() -> None:
         print(f"{shape:6} our batch-1 step: {out['ours']['b1_dispatches']} dispatches, "
               f"{out['ours']['b1_encode_ms']:.2f} ms to encode and submit; "
               f"{out['ours']['decode_b1_tps_not_encoded_ahead']:.1f} tokens/s not encoded ahead", flush=True)
-        print(f"{shape:6} our decoding without subgroups: batch 1 {out['ours']['decode_b1_tps_without_subgroups']:.1f},"
-              f" batch 16 {out['ours']['decode_b16_tps_without_subgroups']:.1f}", flush=True)
+        other = "without" if out["ours"]["subgroups"] else "with"
+        print(f"{shape:6} our decoding {other} subgroups: batch 1 {out['ours'][f'decode_b1_tps_{other}_subgroups']:.1f},"
+              f" batch 16 {out['ours'][f'decode_b16_tps_{other}_subgroups']:.1f}", flush=True)
     print(json.dumps(results))
     record.save("gpu_reference", results, args)
 

@@ -32,13 +32,24 @@ from .states import GpuStates
 MAX_HEAD_SIZE = 64  # the WKV kernels keep one row of a head's state per thread, N ≤ 64 threads
 FORWARD_CHUNK = 256  # tokens per step of `forward`: bounds the activation buffer
 PROGRAMS_KEPT = 32  # recorded step shapes kept for reuse
+# Vendors whose GPUs decode slower with the subgroup matrix–vector kernels than with the
+# workgroup reductions. NVIDIA (an H200, bench/gpu_reference.py): 1.5B batch 1 110 against
+# 141 tokens/s, batch 16 597 against 674; the kernels alone 0.51 against 0.58-0.65 × the copy.
+SUBGROUPS_SLOWER = (0x10DE,)
 log = logging.getLogger(__name__)
 
 
 class GpuModel:
     device = "gpu"
     max_binding: int | None = None  # bytes; lower than the adapter's limit to test the splitting
-    use_subgroups = True  # where the adapter has them (off: to compare, in tests and bench/gpu.py)
+    use_subgroups: bool | None = None  # None: where the adapter has them and they are not slower; or forced
+
+    @property
+    def subgroups_used(self) -> bool:
+        """Whether the matrix–vector kernels reduce within subgroups (recorded steps keep the
+        choice they were recorded with)."""
+        wanted = self.gpu.adapter.vendor_id not in SUBGROUPS_SLOWER if self.use_subgroups is None else self.use_subgroups
+        return self.gpu.subgroups and wanted
 
     def __init__(self, tensors: Mapping[str, np.ndarray], info: ModelInfo, max_batch: int = 1,
                  initial_state: State | None = None, progress: Callable[[int, int], None] | None = None,
@@ -189,7 +200,7 @@ class GpuModel:
         """The dispatches of one step shape: ln0, the layers, then ln_out and the head only on
         the rows whose logits are wanted (gathered to the top of "z")."""
         rec = Recorder(self.kernels, self.gpu, self.space, self.states, self.info, rows, segments,
-                       self.gpu.subgroups and self.use_subgroups)
+                       self.subgroups_used)
         rec.norm("x", "x", self.ln0)
         for block in self.blocks:
             block.record(rec)
