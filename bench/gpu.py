@@ -6,7 +6,7 @@ to other adapters:
 * kernels: the matrix–vector kernel's effective bandwidth (weight bytes read per second,
   batch 1) as a fraction of a plain buffer-copy kernel's bandwidth (bytes read + written per
   second) on the same adapter, measured just before it, per weight format; the tiled matrix–matrix kernel's GFLOP/s
-  of each shape of the tiled and blocked kernels, at 64 and 256 rows;
+  of each shape of the tiled and blocked kernels, at 64, 256 and 1,024 rows;
 * a synthetic RWKV-7: prefill and decode tokens/s at batch 1 and 16 on the GPU (fp16, and
   every layer's projections in Int8 and in NF4) beside the numpy backend;
 * memory: the layers' weight bytes of Int8 and NF4 (every layer) against fp16;
@@ -55,8 +55,8 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) n
 """
 TILES = [(1, 4), (2, 4), (4, 4)]  # matmul_tiled's TM × TN
 BLOCKS = [(8, 4), (16, 4), (8, 8), (16, 8)]  # matmul_blocked's WG_Y × RT (recorder.BLOCK_SHAPE)
-SHAPES = {  # "rows": a small prefill and a whole chunk (gpu/model.py's FORWARD_CHUNK)
-    "full": {"matrix": 4096, "rows": (64, 256), "model": {"n_layer": 6, "n_embd": 1024, "head_size": 64, "vocab": 16384}},
+SHAPES = {  # "rows": a small prefill, a whole chunk (gpu/model.py's FORWARD_CHUNK) and four
+    "full": {"matrix": 4096, "rows": (64, 256, 1024), "model": {"n_layer": 6, "n_embd": 1024, "head_size": 64, "vocab": 16384}},
     "quick": {"matrix": 2048, "rows": (64,), "model": {"n_layer": 2, "n_embd": 256, "head_size": 64, "vocab": 4096}},
 }
 
