@@ -88,7 +88,8 @@ def matmul_figures(kernels, buffers: list, size: int, rows: int, sync) -> dict:
     variants = {f"tiled {tm}x{tn}": ("matmul.wgsl", "matmul_tiled", (("TM", tm), ("TN", tn)), 16 * tm, 16 * tn)
                 for tm, tn in TILES}
     variants |= {f"blocked {wy}x{rt}": (("matmul.wgsl", "matmul_blocked.wgsl"), "matmul_blocked",
-                                        (("TM", 1), ("TN", 4), ("WG_Y", wy), ("RT", rt)), wy * rt, 64)
+                                        (("TM", 1), ("TN", 4), ("WG_Y", wy), ("RT", rt), ("BK", recorder.STAGED_K)),
+                                        wy * rt, 64)
                  for wy, rt in BLOCKS}
     out = {}
     for name, (shader, entry, constants, block_rows, block_outputs) in variants.items():

@@ -128,7 +128,7 @@ def kernel_sweep(model, prompt: list[int]) -> dict:
     from ai00_like.rwkv.gpu import recorder
 
     chosen, shape, chunk = recorder.prefill_kernel, dict(recorder.BLOCK_SHAPE), gpu_model.FORWARD_CHUNK
-    tiled = lambda rows, k, software: chosen(rows, 1, False)  # noqa: E731 - K 1: the tiled kernel
+    tiled = lambda rows, k, software, workgroup_bytes: chosen(rows, 1, False, 0)  # noqa: E731 - the tiled kernel
     variants = {"tiled TM1": (tiled, shape, chunk)} | {
         f"blocked {wy}x{rt}": (chosen, {"WG_Y": wy, "RT": rt}, chunk) for wy, rt in ((8, 4), (16, 4), (8, 8), (16, 8))}
     variants[f"chosen, chunks of {PROMPT}"] = (chosen, shape, PROMPT)

@@ -323,8 +323,8 @@ def test_every_prefill_kernel_matches_numpy(models, kernel, monkeypatch):
 
     cpu, gpu = models
     if kernel in TILED:
-        tiled = lambda rows, k, software, chosen=recorder.prefill_kernel: chosen(rows, 1, TILED[kernel])
-        monkeypatch.setattr(recorder, "prefill_kernel", tiled)
+        chosen = recorder.prefill_kernel
+        monkeypatch.setattr(recorder, "prefill_kernel", lambda rows, *_: chosen(rows, 1, TILED[kernel], 0))
     else:
         monkeypatch.setattr(recorder, "BLOCK_SHAPE", dict(zip(("WG_Y", "RT"), BLOCKED[kernel])))
     gpu.programs.clear()  # recorded with the default kernel
@@ -336,6 +336,16 @@ def test_every_prefill_kernel_matches_numpy(models, kernel, monkeypatch):
         np.testing.assert_allclose(state.wkv, want_state.wkv, rtol=1e-4, atol=1e-5)
     finally:
         gpu.programs.clear()
+
+
+def test_a_device_with_little_workgroup_memory_prefills_with_the_tiled_kernel():
+    from ai00_like.rwkv.gpu.recorder import BLOCK_SHAPE, blocked_workgroup_bytes, prefill_kernel
+
+    needed = blocked_workgroup_bytes(BLOCK_SHAPE)
+    assert needed > 16384  # the default shape with NF4's table: more than WebGPU promises
+    assert prefill_kernel(256, 2048, False, needed).entry == "matmul_blocked"
+    assert prefill_kernel(256, 2048, False, 16384).entry == "matmul_tiled"
+    assert prefill_kernel(256, 2044, False, needed).entry == "matmul_tiled"  # K not a multiple of 8
 
 
 @pytest.mark.parametrize("fmt", ["fp32", "fp16", "int8", "nf4"])
@@ -362,7 +372,7 @@ def test_blocked_kernel_on_partial_blocks_of_every_format(models, fmt):
     device = gpu.gpu.device
     x_buffer = device.create_buffer_with_data(data=x, usage=STORAGE)
     y = device.create_buffer_with_data(data=residual, usage=STORAGE)
-    kernel = prefill_kernel(rows, k, software=False)
+    kernel = prefill_kernel(rows, k, False, gpu.gpu.limits["max-compute-workgroup-storage-size"])
     assert kernel.entry == "matmul_blocked"
     groups = (-(-m // kernel.block_outputs), -(-rows // kernel.block_rows))
     dispatch = gpu.kernels.dispatch(kernel.shader, kernel.entry, (rows, m, k, x_off, stride, 0, 0, m, 1, 1),

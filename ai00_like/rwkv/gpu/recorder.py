@@ -51,14 +51,23 @@ class PrefillKernel(NamedTuple):
 # The blocked kernel's shape: 16 × WG_Y threads of RT rows × 4 outputs each (bench/gpu.py and
 # bench/gpu_reference.py --tiles compare shapes).
 BLOCK_SHAPE = {"WG_Y": 16, "RT": 4}
+STAGED_K = 32  # matmul_blocked.wgsl's BK: the steps of K staged at a time
+NF4_TABLE_BYTES = 64  # weights_nf4.wgsl's levels in workgroup memory
 
 
-def prefill_kernel(rows: int, k: int, software: bool) -> PrefillKernel:
+def blocked_workgroup_bytes(shape: dict) -> int:
+    """Workgroup memory the blocked kernel needs: its staged x (RT·WG_Y rows) and W (64
+    outputs) for STAGED_K steps of K, and NF4's table of levels."""
+    return 4 * STAGED_K * (shape["RT"] * shape["WG_Y"] + 64) + NF4_TABLE_BYTES
+
+
+def prefill_kernel(rows: int, k: int, software: bool, workgroup_bytes: int) -> PrefillKernel:
     """The blocked kernel (shaders/matmul_blocked.wgsl) where K allows 8-weight loads, which
-    is every projection of a released model; the tiled kernel for other K."""
+    is every projection of a released model, and the device's workgroup memory (WebGPU
+    promises 16 KiB, most GPUs give 32 or more) holds its blocks; else the tiled kernel."""
     tile = matmul_tile(rows, software)
-    if k % 8 == 0:
-        shape = tuple(BLOCK_SHAPE.items())
+    if k % 8 == 0 and blocked_workgroup_bytes(BLOCK_SHAPE) <= workgroup_bytes:
+        shape = (*BLOCK_SHAPE.items(), ("BK", STAGED_K))
         return PrefillKernel(("matmul.wgsl", "matmul_blocked.wgsl"), "matmul_blocked", (*tile, *shape),
                              BLOCK_SHAPE["WG_Y"] * BLOCK_SHAPE["RT"])
     return PrefillKernel("matmul.wgsl", "matmul_tiled", tile, 16 * tile[0][1], 16 * TILE_N)
@@ -115,6 +124,7 @@ class Recorder:
         self.rows, self.segments = rows, segments
         self.subgroups, self.subgroup_width = subgroups, gpu.subgroup_width
         self.software = gpu.adapter.software
+        self.workgroup_bytes = gpu.limits["max-compute-workgroup-storage-size"]
         self.act, self.plan, self.off = space.act, space.plan, space.off
         self.C = info.n_embd
         self.groups_c = (self.C + 63) // 64  # workgroups of 64 over a row's channels
@@ -153,8 +163,9 @@ class Recorder:
             elif n_rows < MATVEC_ROWS:
                 entry, groups = "matvec8" if K % 8 == 0 else "matvec", ((part.rows + 3) // 4, n_rows)
             else:
-                shader, entry, constants, block_rows, block_outputs = prefill_kernel(n_rows, K, self.software)
-                groups = (-(-part.rows // block_outputs), -(-n_rows // block_rows))
+                kernel = prefill_kernel(n_rows, K, self.software, self.workgroup_bytes)
+                shader, entry, constants = kernel.shader, kernel.entry, kernel.constants
+                groups = (-(-part.rows // kernel.block_outputs), -(-n_rows // kernel.block_rows))
             if entry in ("matvec8", "matvec8_rows") and self.subgroups:
                 # each subgroup on its own outputs: no workgroup reduction (shaders/matvec_subgroup.wgsl)
                 shader, entry = ("matmul.wgsl", "matvec_subgroup.wgsl"), entry + "_subgroup"

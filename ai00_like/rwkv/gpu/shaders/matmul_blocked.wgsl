@@ -1,13 +1,13 @@
 // The matrix–matrix kernel for a prefill (appended to matmul.wgsl, whose Params, x8_scalars and
 // store it uses). A workgroup of 16 × WG_Y threads computes RT·WG_Y rows × 64 outputs; each
-// thread RT (4 or 8) consecutive rows × 4 consecutive outputs, held in vec4 registers. Per step
-// of 32 along K, the block's x and W are staged in workgroup memory k-major, so 4 of a thread's
+// thread RT (4 or 8) consecutive rows × 4 consecutive outputs, held in vec4 registers. Per BK
+// steps along K, the block's x and W are staged in workgroup memory k-major, so 4 of a thread's
 // rows (or its 4 outputs) at one k are one vec4 load: 2 loads feed 16 multiply-adds (3 feed 32
 // with RT 8), where matmul_tiled needs 5 loads for 4, which held it near 1% of an NVIDIA
 // H200's fp32 rate.
-// K must be a multiple of 8 (weight8 reads 8 weights of one row) and w_off 0.
+// K must be a multiple of 8 (weight8 reads 8 weights of one row) and w_off 0; BK (the steps
+// of K staged at a time) a multiple of 8.
 
-const BK: u32 = 32u;
 const BLOCK_ROWS: u32 = RT * WG_Y;
 const QUADS: u32 = BLOCK_ROWS / 4u;  // x_block's vec4s per k
 const THREADS_BLOCKED: u32 = 16u * WG_Y;
@@ -44,7 +44,7 @@ fn matmul_blocked(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
     var acc6 = vec4<f32>(0.0);
     var acc7 = vec4<f32>(0.0);
     for (var k0 = 0u; k0 < p.k; k0 += BK) {
-        for (var u = t; u < 4u * BLOCK_ROWS; u += THREADS_BLOCKED) {
+        for (var u = t; u < (BK / 8u) * BLOCK_ROWS; u += THREADS_BLOCKED) {
             let r = row0 + u % BLOCK_ROWS;
             let k = k0 + 8u * (u / BLOCK_ROWS);
             var v = mat2x4<f32>();
@@ -53,7 +53,7 @@ fn matmul_blocked(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
             }
             stage_x(u % BLOCK_ROWS, u / BLOCK_ROWS, v);
         }
-        for (var u = t; u < 4u * 64u; u += THREADS_BLOCKED) {
+        for (var u = t; u < (BK / 8u) * 64u; u += THREADS_BLOCKED) {
             let m = col0 + u % 64u;
             let k = k0 + 8u * (u / 64u);
             var v = mat2x4<f32>();
