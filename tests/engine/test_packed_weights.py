@@ -155,7 +155,8 @@ AVX2_ONLY = "+avx2,+fma,+f16c,+avx,+sse4.2,+popcnt,+bmi,+bmi2,+lzcnt,+movbe,-avx
 
 def test_the_avx2_kernels_equal_the_scalar_ones_too(tmp_path):
     """Compiled for an AVX2 CPU without AVX-512 (most desktop CPUs; NF4's lookup then is
-    byte shuffles, and x another order): run where numba compiles for such a CPU."""
+    byte shuffles, and x another order, and a decoding batch's blocks 3 × 4): run where
+    numba compiles for such a CPU."""
     from ai00_like.rwkv.cpu import vector_dots
 
     if vector_dots.vector_width() != 16:
@@ -173,6 +174,15 @@ def test_the_avx2_kernels_equal_the_scalar_ones_too(tmp_path):
         "                       (9, 640), (16, 640), (1, 7168), (3, 7168)) + ((1, 704), (2, 64)) * (kind == 'nf4'):\n"
         "        (a, b), _ = run_both_kernels(kind, rows, cols=cols)\n"
         "        assert np.abs(a - b).max() <= 1e-5 * np.abs(b).max(), (kind, rows, cols)\n"
+        "from ai00_like.rwkv.cpu import skinny\n"
+        "assert skinny.BLOCK_ROWS == 3\n"
+        "rng = np.random.default_rng(3)\n"
+        "for W in (rng.standard_normal((40, 256), dtype=np.float32), rng.standard_normal((40, 256)).astype(np.float16)):\n"
+        "    x = rng.standard_normal((16, 256), dtype=np.float32)\n"
+        "    full = skinny.skinny_matmul(x, W)\n"
+        "    assert np.abs(full - x.astype(np.float64) @ W.astype(np.float64).T).max() < 1e-4\n"
+        "    for rows in (2, 3, 5, 7):\n"
+        "        assert (skinny.skinny_matmul(x[:rows], W) == full[:rows]).all(), rows\n"
         "print('same')\n")
     env = {**os.environ, "NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": AVX2_ONLY,
            "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
@@ -185,7 +195,7 @@ AVX512 = "+avx512f,+avx512bw,+avx512vl,+avx512dq," + AVX2_ONLY.replace(",-avx512
 
 def test_the_avx512_kernels_compile_where_the_host_cannot_run_them(tmp_path):
     """The other way round: on a host without AVX-512 the AVX-512 forms of the packed kernels
-    are at least compiled (not run: the host would fault), so a change to the code they
+    and of the decoding batch's blocks (4 × 4 there, 3 × 4 with AVX2) are at least compiled (not run: the host would fault), so a change to the code they
     share with the AVX2 forms cannot leave them unbuildable unnoticed."""
     from ai00_like.rwkv.cpu import vector_dots
 
@@ -202,6 +212,14 @@ def test_the_avx512_kernels_compile_where_the_host_cannot_run_them(tmp_path):
         "    x, out = np.zeros((rows, 704), np.float32), np.zeros((rows, 8), np.float32)\n"
         "    nf4.nf4_kernel.compile(tuple(typeof(v) for v in (q, scales, levels, x, out)))\n"
         "nf4.dequantise.compile(tuple(typeof(v) for v in (q, scales, levels, np.zeros((8, 704), np.float32))))\n"
+        "from ai00_like.rwkv.cpu import batched, skinny\n"
+        "assert skinny.BLOCK_ROWS == 4\n"
+        "packed = nf4.PackedNF4(q, scales, levels)\n"
+        "for rows in (2, 4, 7, 16):\n"
+        "    x, out = np.zeros((rows, 704), np.float32), np.zeros((rows, 8), np.float32)\n"
+        "    for W in (np.zeros((8, 704), np.float32), np.zeros((8, 704), np.int16), np.zeros((8, 704), np.uint16)):\n"
+        "        skinny.skinny.compile(tuple(typeof(v) for v in (W, x, out)))\n"
+        "    batched.block_kernel.compile(tuple(typeof(v) for v in (packed, x, out)))\n"
         "print('compiled')\n")
     env = {**os.environ, "NUMBA_CPU_NAME": "skylake-avx512", "NUMBA_CPU_FEATURES": AVX512,
            "NUMBA_CACHE_DIR": str(tmp_path / "numba")}

@@ -184,18 +184,18 @@ def test_every_16_bit_pattern_widens_exactly():
 
 
 @pytest.mark.parametrize("store", ["fp32", "fp16", "bf16"])
-@pytest.mark.parametrize("rows", [4, 6, 16])
-def test_the_vector_block_gives_the_loops_sums(store, rows):
-    """With AVX-512 a 4 × 4 block is vector_dots' block4 (which also asks for the rows ahead);
-    it adds up what LLVM's vectorised loop (four_rows_times_x, the other CPUs' kernel) does,
-    to the bit, over whole blocks and the rows of x left over."""
-    from ai00_like.rwkv.cpu import skinny
-
-    rng = np.random.default_rng(rows)
-    w32 = rng.standard_normal((40, 256), dtype=np.float32)  # 10 blocks: the last ones ask past the end
+def test_a_row_of_x_gets_the_same_sums_whichever_rows_share_its_product(store):
+    """A decoding batch's rows go through the vector blocks 4 at a time (4 weight rows with
+    AVX-512, 3 with AVX2), and the rows past the last 4 through a block of one row of x.
+    Each row's sums run along K in the same lanes either way, so a request's logits do not
+    depend on how many others share its step; and they are the float64 product's."""
+    rng = np.random.default_rng(7)
+    w32 = rng.standard_normal((40, 256), dtype=np.float32)  # tasks of 12 rows: the last one partial
     w = {"fp32": w32, "fp16": w32.astype(np.float16), "bf16": _bf16(w32)}[store]
-    x = rng.standard_normal((rows, 256), dtype=np.float32)
-    loops = np.full((rows, 40), np.nan, dtype=np.float32)
-    for n in range(0, 40, 4):
-        skinny.four_rows_times_x(skinny.kernel_view(w), n, x, loops, n)
-    np.testing.assert_array_equal(skinny_matmul(x, w), loops)
+    x = rng.standard_normal((16, 256), dtype=np.float32)
+    full = skinny_matmul(x, w)
+    assert np.abs(full - x.astype(np.float64) @ _as_f64(w).T).max() < 1e-4
+    for rows in (2, 3, 5, 6, 7, 9, 13):
+        for first in (0, 16 - rows):
+            np.testing.assert_array_equal(skinny_matmul(x[first : first + rows], w), full[first : first + rows],
+                                          err_msg=f"{rows} rows from {first}")

@@ -1,10 +1,11 @@
-"""x · Wᵀ for a decoding batch of packed (Int8 or NF4) weights: each 4 weight rows widened
+"""x · Wᵀ for a decoding batch of packed (Int8 or NF4) weights: each weight row widened
 once, multiplied with every row of x.
 
 The direct kernels (int8.py, nf4.py) widen every weight again for each 8 rows of x and
-multiply it there. From a few rows on it is faster to widen 4 weight rows once into a
-scratch that stays in L1 (12 KiB at 768 inputs) and run skinny.py's 4 × 4 register block
-over it: one launch for the whole matrix, each task with its own scratch. On two Zen 4
+multiply it there. From a few rows on it is faster to widen a block's weight rows
+(skinny.BLOCK_ROWS: 4, or 3 with AVX2) once into a scratch that stays in L1 (4 rows:
+12 KiB at 768 inputs) and run skinny.py's register block over it: one launch for the
+whole matrix, each task with its own scratch. On two Zen 4
 cores, 3,072 × 768 at 16 rows: Int8 836 µs direct → 439 µs; NF4 823 µs direct (each
 form's DIRECT_ROWS says where it starts here).
 
@@ -19,9 +20,11 @@ import numpy as np
 from . import intrinsics
 from .forms import form_of_type
 from .jit import launch
-from .skinny import AHEAD_ROWS, block4, four_rows_times_row, four_rows_times_x, row_times_x
+from . import skinny
+from .skinny import AHEAD_ROWS, blocks_times_x, rows_times_x
 
 prange = range  # numba's where it compiles the kernel below
+BLOCK_ROWS = skinny.BLOCK_ROWS
 MAX_TASKS = 32  # a launch's share-outs of the blocks (each with its scratch)
 
 
@@ -33,32 +36,24 @@ def widen_row(W, i, scratch, r):
 def block_matmul(W, x, out):  # pragma: no cover - compiled by numba
     N = W.q.shape[0]
     K = x.shape[1]
-    blocks = (N + 3) // 4
+    blocks = (N + BLOCK_ROWS - 1) // BLOCK_ROWS
     # A task and its scratch for every block or two cost 10% at 768 × 768 and 16 rows, 64
     # tasks 3% (Int8 74 → 83 GMAC/s, NF4 77 → 85 with 32). (A task a thread would need
     # numba's thread count, and a kernel that asks for it cannot be cached.)
     tasks = min(blocks, MAX_TASKS)
-    M = x.shape[0]
-    groups = M // 4
-    span = max(64, 4 * W.q.shape[1] // max(1, groups))  # a group's share of a block's packed bytes
+    groups = x.shape[0] // 4
+    span = max(64, BLOCK_ROWS * W.q.shape[1] // max(1, groups))  # a block call's share of the packed rows
     for task in prange(tasks):
-        scratch = np.empty((4, K), dtype=np.float32)
+        scratch = np.empty((BLOCK_ROWS, K), dtype=np.float32)
         for block in range(task * blocks // tasks, (task + 1) * blocks // tasks):
-            n = block * 4
-            rows = min(4, N - n)
+            n = block * BLOCK_ROWS
+            rows = min(BLOCK_ROWS, N - n)
             for r in range(rows):
                 widen_row(W, n + r, scratch, r)
-            if rows < 4:
-                for r in range(rows):
-                    row_times_x(scratch, r, x, out, n + r)
-            elif K % 16 == 0:  # skinny's vector block, asking for the packed rows ahead
-                ahead = min(n + AHEAD_ROWS, N - 4)
-                for g in range(groups):
-                    block4(scratch, 0, x, 4 * g, out, n, W.q, ahead, g * span, span)
-                for j in range(4 * groups, M):
-                    four_rows_times_row(scratch, 0, x, j, out, n)
+            if K % 16 == 0:  # skinny's vector blocks, asking for the packed rows ahead
+                blocks_times_x(scratch, 0, rows, x, out, n, W.q, min(n + AHEAD_ROWS, N - rows), span)
             else:
-                four_rows_times_x(scratch, 0, x, out, n)
+                rows_times_x(scratch, 0, rows, x, out, n)
 
 
 def batched_matmul(x: np.ndarray, w) -> np.ndarray:

@@ -346,7 +346,7 @@ def int8_dot_ir(context, builder, sig, args, width, rows, weight_rows):
     write_sums(context, builder, out_t, out, total, j, i, width, offset)
 
 
-# ------------------------------------------------------------------ 16-bit and fp32 blocks (AVX-512)
+# ------------------------------------------------------------------ 16-bit and fp32 blocks
 
 
 def widened(builder, pointer, at, element, width):
@@ -374,48 +374,54 @@ def prefetch_lines(builder, fetch, early, step, per, span):
                                  ir.Constant(I32, 1)])
 
 
-def block4_ir(context, builder, sig, args, width):
+def block_ir(context, builder, sig, args, width, weight_rows, x_rows):
     W_t, _, x_t, _, out_t, _, P_t, _, _, _ = sig.args
     W, w, x, j, out, n, P, ahead, lo, span = args
     vector = fvec(width)
-    rows = [row_pointer(context, builder, W_t, W, builder.add(w, index(a)))[0] for a in range(4)]
+    rows = [row_pointer(context, builder, W_t, W, builder.add(w, index(a)))[0] for a in range(weight_rows)]
     _, (_, K) = row_pointer(context, builder, W_t, W, w)
-    xs = [row_pointer(context, builder, x_t, x, builder.add(j, index(b)))[0] for b in range(4)]
+    xs = [row_pointer(context, builder, x_t, x, builder.add(j, index(b)))[0] for b in range(x_rows)]
     early, _ = row_pointer(context, builder, P_t, P, ahead)
     early = builder.gep(builder.bitcast(early, I8.as_pointer()), [lo])
     fetch = declare(builder, "llvm.prefetch.p0i8", ir.VoidType(), I8.as_pointer(), I32, I32, I32)
     fma = declare(builder, f"llvm.fma.v{width}f32", vector, vector, vector, vector)
-    sums = running_sums(builder, vector, 4, 4)
+    sums = running_sums(builder, vector, x_rows, weight_rows)
+    # The lines of the weights a step reads, rounded up: asked for as many ahead.
+    per = -(-weight_rows * width * (4 if W_t.dtype == types.float32 else 2) // 64)
     with cgutils.for_range(builder, builder.udiv(K, index(width))) as loop:
-        prefetch_lines(builder, fetch, early, loop.index, 4 if W_t.dtype == types.float32 else 2, span)
+        prefetch_lines(builder, fetch, early, loop.index, per, span)
         at = builder.mul(loop.index, index(width))
         weights = [widened(builder, row, at, W_t.dtype, width) for row in rows]
         for b, x_row in enumerate(xs):
             xv = load_vector(builder, x_row, at, vector, 4)
-            for a in range(4):
+            for a in range(weight_rows):
                 builder.store(builder.call(fma, [weights[a], xv, builder.load(sums[a][b])]), sums[a][b])
     # sums[a][b] is out[j + b, n + a]: write_sums takes [column][row], as here.
     write_sums(context, builder, out_t, out, sums, j, n, width)
 
 
-def block4(width: int):
+def block(width: int, weight_rows: int, x_rows: int):
     """The typing of intrinsic(W, w, x, j, out, n, P, ahead, lo, span) (vector_dots.py's
-    `block4`)."""
+    `block`, and `block_tails` for the rows of x past the last 4): `weight_rows` rows of W by
+    `x_rows` rows of x. 4 × 4 takes 16 running sums and 8 operands, which AVX-512's 32
+    registers hold; AVX2 has 16, so there the block is 3 × 4: 12 sums, 3 weight vectors
+    and one of x. Each sum runs along K in the same lanes whatever the block's shape, so a
+    row of x gets the same sums to the bit in a block of 4 rows and in one of 1 to 3."""
     def codegen(context, builder, sig, args):
-        block4_ir(context, builder, sig, args, width)
+        block_ir(context, builder, sig, args, width, weight_rows, x_rows)
         return context.get_dummy_value()
 
-    def block4(typingctx, W, w, x, j, out, n, P, ahead, lo, span):
-        """out[j + b, n + a] = x[j + b] · W[w + a] for a, b < 4 (K a multiple of 16), and
-        bytes [lo, lo + span) of P's rows from `ahead` on asked for meanwhile (span ≥ 64):
-        W's own, or the packed rows a block kernel widens into W."""
+    def block(typingctx, W, w, x, j, out, n, P, ahead, lo, span):
+        """out[j + b, n + a] = x[j + b] · W[w + a] for a < weight_rows, b < x_rows (K a multiple
+        of 16), and bytes [lo, lo + span) of P's rows from `ahead` on asked for meanwhile
+        (none for span 0): W's own, or the packed rows a block kernel widens into W."""
         if not c_arrays(W, x, out, P):
             return None
         if W.dtype not in (types.float32, types.uint16, types.int16) or x.dtype != types.float32:
             return None
         return types.void(W, types.int64, x, types.int64, out, types.int64, P, types.int64, types.int64,
                           types.int64), codegen
-    return block4
+    return block
 
 
 # ------------------------------------------------------------------ intrinsics.py's scalar operations

@@ -7,10 +7,13 @@ batch of a few rows the weight matrix is read from memory once per product, and 
 reads and writes it again: OpenBLAS reaches about 95 GFLOP/s at 16 rows on this machine's two
 cores against 150 with the weights in cache. This kernel reads each weight row once, straight
 from the checkpoint's [out, in] layout, and multiplies it with 4 rows of x at a time from
-registers: 4 weight rows × 4 x rows = 16 running sums per step along the input dimension,
-which LLVM turns into vector fused multiply-adds (measured 120–150 GFLOP/s at 16 rows).
-With AVX-512 that block is vector_dots' `block4`, the same sums written out as vector code
-so that each step can also ask for the lines of the rows AHEAD_ROWS on: a multi-row
+registers: 4 weight rows × 4 x rows = 16 running sums per step along the input dimension
+(measured 120–150 GFLOP/s at 16 rows). The block is vector_dots' `block`, vector code that
+also asks for the lines of the rows AHEAD_ROWS on. AVX2 has 16 vector registers, where 4 × 4
+did not fit (LLVM kept 6 sums on the stack) and two 4 × 2 halves read each weight twice: there
+the block is 3 weight rows × 4 x rows, and on two Zen 3 cores a bf16 1.5B decoded 1.15–1.18
+times as fast at 16 rows and 1.19–1.33 at 3 and 4 (old and new kernels alternating in one
+process; 0.1B 1.33 and 1.46). Asking ahead, because a multi-row
 product reads its weights in bursts, a block's rows and then a stretch of arithmetic, and
 the hardware prefetchers lose the stream in between. From memory (not cache) a bf16 head
 of 65,536 × 768 at 16 rows went from 65 to 95–101 GMAC/s, at 4 rows from 34 to 48–56;
@@ -53,8 +56,12 @@ def kernel_view(weight: np.ndarray) -> np.ndarray:
 # differently in every process, so a kernel nested in a builder was compiled anew at every
 # start (a few seconds, and tens of MiB of LLVM's memory kept).
 prange = range
-widen = weight_pair = holds_bf16 = block4 = None  # intrinsics.py's and vector_dots.py's, where numba is
-# Rows ahead of the block being multiplied whose weights a multi-row product asks for.
+# intrinsics.py's and vector_dots.py's, where numba is
+widen = weight_pair = holds_bf16 = block = block_of_1 = block_of_2 = block_of_3 = None
+# Weight rows of a multi-row product's vector block (vector_dots.py: 4 with AVX-512, 3 with
+# AVX2), and those a task takes: 4 rows of x at a time, a block's weight rows stay in L1.
+BLOCK_ROWS = TASK_ROWS = 4
+# Rows ahead of the task being multiplied whose weights a multi-row product asks for.
 AHEAD_ROWS = 16
 # The longest x, in bytes, that a one-row product reads once for each weight row: a longer
 # one does not stay in L1 (32 KiB on Zen 4) beside the streaming weights, and is read once
@@ -89,20 +96,49 @@ def skinny(W, x, out):  # pragma: no cover - compiled by numba
                     one_row(W, last, x, x_even, x_odd, out, last)
         return
     groups = M // 4
-    span = max(64, 4 * K * W.itemsize // max(1, groups))  # a group's share of a block to ask for
-    for block in prange((N + 3) // 4):
-        n = block * 4
-        if n + 4 > N:  # the last rows of W when N is not a multiple of 4
-            for i in range(n, N):
-                row_times_x(W, i, x, out, i)
-        elif K % 16 == 0:
-            ahead = min(n + AHEAD_ROWS, N - 4)
-            for g in range(groups):
-                block4(W, n, x, 4 * g, out, n, W, ahead, g * span, span)
-            for j in range(4 * groups, M):
-                four_rows_times_row(W, n, x, j, out, n)
+    # A block call's share of the rows to ask for ahead. Not for fp32 weights with AVX2: on
+    # Zen 3 they decoded faster without (1.5B at 4 and 16 rows 1.19 and 1.17 times as fast),
+    # where 16-bit ones gained (0.1B bf16 at 4 rows 1.27 times, 1.5B about even).
+    span = 0 if W.itemsize == 4 and BLOCK_ROWS == 3 else max(64, BLOCK_ROWS * K * W.itemsize // max(1, groups))
+    for task in prange((N + TASK_ROWS - 1) // TASK_ROWS):
+        n = task * TASK_ROWS
+        count = min(TASK_ROWS, N - n)
+        if K % 16 == 0:
+            blocks_times_x(W, n, count, x, out, n, W, min(n + AHEAD_ROWS, N - count), span)
         else:
-            four_rows_times_x(W, n, x, out, n)
+            rows_times_x(W, n, count, x, out, n)
+
+
+def blocks_times_x(W, w, count, x, out, n, P, ahead, span):  # pragma: no cover - compiled by numba
+    """out[:, n : n + count] = x · W[w : w + count]ᵀ for K a multiple of 16: `block`'s
+    BLOCK_ROWS × 4 products in vector registers, each block's weight rows read from L1 for
+    every 4 rows of x, and meanwhile `span` bytes a call of P's rows from `ahead` on asked
+    for; the rows of x past the last 4 by a block of their own, the weight rows past the
+    last whole block by the loops."""
+    M = x.shape[0]
+    groups = M // 4
+    tail = M - 4 * groups
+    whole = count // BLOCK_ROWS * BLOCK_ROWS
+    for first in range(0, whole, BLOCK_ROWS):
+        for g in range(groups):
+            lo = (first // BLOCK_ROWS * groups + g) * span
+            block(W, w + first, x, 4 * g, out, n + first, P, ahead, lo, span)
+        if tail == 1:
+            block_of_1(W, w + first, x, 4 * groups, out, n + first, P, ahead, 0, 0)
+        elif tail == 2:
+            block_of_2(W, w + first, x, 4 * groups, out, n + first, P, ahead, 0, 0)
+        elif tail == 3:
+            block_of_3(W, w + first, x, 4 * groups, out, n + first, P, ahead, 0, 0)
+    for last in range(whole, count):
+        row_times_x(W, w + last, x, out, n + last)
+
+
+def rows_times_x(W, w, count, x, out, n):  # pragma: no cover - compiled by numba
+    """out[:, n : n + count] = x · W[w : w + count]ᵀ by LLVM's vectorised loops, for any K."""
+    for first in range(0, count - 3, 4):
+        four_rows_times_x(W, w + first, x, out, n + first)
+    for last in range(count // 4 * 4, count):
+        row_times_x(W, w + last, x, out, n + last)
 
 
 def three_products(W1, x1, out1, W2, x2, out2, W3, x3, out3):  # pragma: no cover - compiled by numba
@@ -245,28 +281,6 @@ def four_rows_times_four(W, w, x, j, out, n, P, ahead, lo, span):  # pragma: no 
     out[j, n + 3], out[j + 1, n + 3], out[j + 2, n + 3], out[j + 3, n + 3] = s30, s31, s32, s33
 
 
-def four_rows_times_four_in_pairs(W, w, x, j, out, n, P, ahead, lo, span):  # pragma: no cover - compiled by numba
-    """four_rows_times_four for a CPU with 16 vector registers (AVX2): its 16 running sums
-    and the vectors they need did not fit, and LLVM kept 6 of them on the stack inside the
-    loop. Two rows of x at a time: 8 sums, the weight rows read twice from L1."""
-    K = W.shape[1]
-    for jj in range(j, j + 4, 2):
-        s00 = s01 = s10 = s11 = s20 = s21 = s30 = s31 = np.float32(0.0)
-        for k in range(K):
-            w0, w1, w2, w3 = widen(W[w, k]), widen(W[w + 1, k]), widen(W[w + 2, k]), widen(W[w + 3, k])
-            x0, x1 = x[jj, k], x[jj + 1, k]
-            s00 += w0 * x0
-            s01 += w0 * x1
-            s10 += w1 * x0
-            s11 += w1 * x1
-            s20 += w2 * x0
-            s21 += w2 * x1
-            s30 += w3 * x0
-            s31 += w3 * x1
-        out[jj, n], out[jj + 1, n], out[jj, n + 1], out[jj + 1, n + 1] = s00, s01, s10, s11
-        out[jj, n + 2], out[jj + 1, n + 2], out[jj, n + 3], out[jj + 1, n + 3] = s20, s21, s30, s31
-
-
 def four_rows_times_row(W, w, x, j, out, n):  # pragma: no cover - compiled by numba
     """out[j, n : n + 4] = x[j] · W[w : w + 4]ᵀ."""
     K = W.shape[1]
@@ -278,6 +292,12 @@ def four_rows_times_row(W, w, x, j, out, n):  # pragma: no cover - compiled by n
         s2 += widen(W[w + 2, k]) * xk
         s3 += widen(W[w + 3, k]) * xk
     out[j, n], out[j, n + 1], out[j, n + 2], out[j, n + 3] = s0, s1, s2, s3
+
+
+def four_rows_times_rows_from(W, w, x, j, out, n, P, ahead, lo, span):  # pragma: no cover - compiled by numba
+    """The blocks of the rows of x from j on, where the CPU has no vector blocks (P unused)."""
+    for row in range(j, x.shape[0]):
+        four_rows_times_row(W, w, x, row, out, n)
 
 
 def widen_all(W, out):  # pragma: no cover - compiled by numba
@@ -310,12 +330,17 @@ if _tools is not None:
     pair_row_times_row, four_pair_rows_times_row = inlined(pair_row_times_row), inlined(four_pair_rows_times_row)
     x_halves, one_row, four_rows_one_row = inlined(x_halves), inlined(one_row), inlined(four_rows_one_row)
     four_rows_times_four = inlined(four_rows_times_four)
-    four_rows_times_four_in_pairs = inlined(four_rows_times_four_in_pairs)
     four_rows_times_row = inlined(four_rows_times_row)
     four_rows_times_x = inlined(four_rows_times_x)
 
     _vector = vector_dots.build()
-    block4 = _vector.block4 if _vector is not None and _vector.block4 is not None else four_rows_times_four_in_pairs
+    if _vector is not None:
+        block, (block_of_1, block_of_2, block_of_3), BLOCK_ROWS = _vector.block, _vector.block_tails, _vector.block_rows
+        TASK_ROWS = 12 if BLOCK_ROWS == 3 else 4  # 4 blocks of 3 on AVX2
+    else:
+        block = four_rows_times_four
+        block_of_1 = block_of_2 = block_of_3 = inlined(four_rows_times_rows_from)
+    blocks_times_x, rows_times_x = inlined(blocks_times_x), inlined(rows_times_x)
     skinny = _tools.jit(skinny)
     three_products = _tools.jit(three_products)
     widen_all = _tools.jit(widen_all)

@@ -46,7 +46,9 @@ class Kernels(NamedTuple):
     nf4: Any  # (rows, weight_rows=1) → intrinsic(q, absmax, levels, x, i, j, out)
     int8: Any  # (rows, weight_rows=1) → intrinsic(q, bounds, x, xsum, i, j, out)
     nf4_row: Any  # intrinsic(q, absmax, levels, i, out, r): out[r] = row i widened to fp32
-    block4: Any  # intrinsic(W, w, x, j, out, n, P, ahead, lo, span), AVX-512 only (else None)
+    block: Any  # intrinsic(W, w, x, j, out, n, P, ahead, lo, span): block_rows × 4 products
+    block_tails: Any  # the same for the rows of x past the last 4: block_rows × 1, × 2 and × 3
+    block_rows: int  # weight rows of a block: 4 with AVX-512, 3 with AVX2
 
 
 def vector_width() -> int:
@@ -87,4 +89,6 @@ def build():
     def int8(rows: int, weight_rows: int = 1):
         return intrinsic(llvm_ir.int8_dot(width, rows, weight_rows))
 
-    return Kernels(nf4, int8, intrinsic(llvm_ir.nf4_row(width)), intrinsic(llvm_ir.block4(width)) if width == 16 else None)
+    block_rows = 4 if width == 16 else 3
+    block, *tails = (intrinsic(llvm_ir.block(width, block_rows, x_rows)) for x_rows in (4, 1, 2, 3))
+    return Kernels(nf4, int8, intrinsic(llvm_ir.nf4_row(width)), block, tuple(tails), block_rows)
