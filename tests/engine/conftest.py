@@ -16,7 +16,7 @@ HERE = Path(__file__).resolve().parent
 def numpy_only(monkeypatch):
     """The engine as it runs without numba: wkv.py's chunked recurrences and BLAS for decoding
     batches. Fails the test if the numpy recurrence never ran."""
-    for module, name in ((blocks, "wkv5_segments"), (blocks, "wkv7_segments"), (ops, "skinny_matmul"),
+    for module, name in ((blocks, "wkv5_segments"), (blocks, "chunk_heads"), (ops, "skinny_matmul"),
                          (model, "skinny_matmul")):
         monkeypatch.setattr(module, name, None)
     used = []

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from ai00_like.rwkv.batch import StepInput
+from ai00_like.rwkv.cpu import blocks
 from engine_helpers import BACKENDS, rel_err, synthetic_model
 
 VERSIONS = ["4", "5.0", "5.1", "5.2", "6", "7"]
@@ -72,6 +73,25 @@ def test_batch_of_unrelated_sequences_matches_alone(version, backend):
 def test_without_numba_batches_and_chunks_change_nothing(version, numpy_only):
     test_batch_of_unrelated_sequences_matches_alone(version, "numpy")
     test_chunking_does_not_change_logits(version, "numpy")
+
+
+@pytest.mark.skipif(blocks.chunk_heads is None, reason="the compiled heads need numba")
+def test_prompts_through_the_compiled_heads_match_numpys(monkeypatch):
+    """A step with prompts runs v7's work between the products (the WKV's inputs, the
+    recurrence, the gated heads) in one compiled call per layer; the numpy form, which runs
+    while the kernels compile, must give the same logits and leave the same states."""
+    def run(heads):
+        model = model_for("7", max_batch=3)
+        monkeypatch.setattr(blocks, "chunk_heads", heads)
+        prompts = [StepInput(0, tokens(20, 100), "all"), StepInput(1, tokens(21, 70), "all"), StepInput(2, [7], "all")]
+        logits = model.step(prompts)
+        logits += model.step([StepInput(slot, [slot + 3]) for slot in range(3)])  # from the states left
+        return np.concatenate([np.atleast_2d(rows) for rows in logits])
+
+    compiled_heads, calls = blocks.chunk_heads, []
+    compiled = run(lambda *args: calls.append(1) or compiled_heads(*args))
+    assert len(calls) == 2, "the compiled heads did not run on each layer's prompt step"
+    assert rel_err(compiled, run(None)) < SAME
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

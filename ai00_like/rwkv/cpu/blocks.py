@@ -9,6 +9,8 @@ the same blocks as GPU dispatches.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..norms import group_norm, layer_norm
@@ -23,8 +25,14 @@ from .wkv import (
     wkv7_sequence,
     wkv7_step,
 )
-from .jit import kernels_on
-from .wkv_numba import wkv5_segments, wkv7_segments
+from . import intrinsics
+from .jit import kernels_on, launch
+from .wkv_numba import wkv5_segments
+
+if intrinsics.build() is not None:
+    from .fused7_layer import chunk_heads
+else:
+    chunk_heads = None
 
 V7_DECAY_SCALE = 0.606531  # e^-1/2, as the reference writes it
 
@@ -150,48 +158,98 @@ class ChannelMix6:
 # ------------------------------------------------------------------------------ v7
 
 
+class HeadWeights(NamedTuple):
+    """TimeMix7's vectors from its products' outputs to its output matrix, fp32 [C] (r_k
+    [H, N]; v0 is w0 in the first layer, which has no value residual)."""
+
+    w0: np.ndarray
+    a0: np.ndarray
+    v0: np.ndarray
+    k_k: np.ndarray
+    k_a: np.ndarray
+    r_k: np.ndarray
+    lnx_w: np.ndarray
+    lnx_b: np.ndarray
+
+
+class HeadRows(NamedTuple):
+    """A step's rows [A, C] from TimeMix7's products: r, k, v, the gate g, and the raw
+    outputs of the decay's, α's and the value residual's LoRAs (before their sums and
+    sigmoids; the first layer's value_lora is v, unused)."""
+
+    r: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    g: np.ndarray
+    decay_lora: np.ndarray
+    alpha_lora: np.ndarray
+    value_lora: np.ndarray
+
+
 class TimeMix7:
     def __init__(self, w: LayerWeights, info):
         self.H, self.N, self.first = info.n_head, info.head_size, w.layer == 0
         self.mix = np.stack([w.vector(f"att.x_{q}") for q in "rwkvag"])[:, None, :]
         self.lora = {n: w.low_rank(f"att.{n}") for n in v7_loras(w.layer)}  # [out, in], as linear reads
-        self.w0, self.a0 = w.vector("att.w0"), w.vector("att.a0")
-        self.v0 = None if self.first else w.vector("att.v0")
-        self.k_k, self.k_a = w.vector("att.k_k"), w.vector("att.k_a")
-        self.r_k = w.matrix("att.r_k").reshape(self.H, self.N)
+        own = lambda v: np.array(v, dtype=np.float32)  # own copies: one compiled type
+        w0 = own(w.vector("att.w0"))
+        self.heads = HeadWeights(w0, own(w.vector("att.a0")), w0 if self.first else own(w.vector("att.v0")),
+                                 own(w.vector("att.k_k")), own(w.vector("att.k_a")),
+                                 own(w.matrix("att.r_k").reshape(self.H, self.N)),
+                                 own(w.vector("att.ln_x.weight")), own(w.vector("att.ln_x.bias")))
         self.W = projections(w, "att", att_projections(info.version))
-        self.ln_x = (w.vector("att.ln_x.weight"), w.vector("att.ln_x.bias"))
 
     def __call__(self, z, prev, plan, states, ctx):
-        A, H, N = z.shape[0], self.H, self.N
         # x_q = z + (p − z)·μ_q, each made where it is used: the six at once were a prefill's
         # largest temporaries
         delta, (mu_r, mu_w, mu_k, mu_v, mu_a, mu_g) = prev - z, self.mix
-        r = linear(z + delta * mu_r, self.W["receptance"])
-        k = linear(z + delta * mu_k, self.W["key"])
         xv = z + delta * mu_v
-        v = linear(xv, self.W["value"])
         lora = self.lora
-        decay_lora = linear(np.tanh(linear(z + delta * mu_w, lora["w1"])), lora["w2"])
-        log_decay = -V7_DECAY_SCALE * sigmoid(self.w0 + decay_lora)
-        alpha = sigmoid(self.a0 + linear(linear(z + delta * mu_a, lora["a1"]), lora["a2"]))  # in-context learning rate
-        g = linear(sigmoid(linear(z + delta * mu_g, lora["g1"])), lora["g2"])
-        kappa = (k * self.k_k).reshape(A, H, N)
+        v = linear(xv, self.W["value"])
+        rows = HeadRows(
+            r=linear(z + delta * mu_r, self.W["receptance"]),
+            k=linear(z + delta * mu_k, self.W["key"]),
+            v=v,
+            g=linear(sigmoid(linear(z + delta * mu_g, lora["g1"])), lora["g2"]),
+            decay_lora=linear(np.tanh(linear(z + delta * mu_w, lora["w1"])), lora["w2"]),
+            alpha_lora=linear(linear(z + delta * mu_a, lora["a1"]), lora["a2"]),
+            value_lora=v if self.first else linear(linear(xv, lora["v1"]), lora["v2"]),
+        )
+        if chunk_heads is not None and kernels_on():
+            y = self._compiled_heads(rows, plan, states, ctx)
+        else:
+            y = self._heads(rows, plan, states, ctx)
+        return linear(y, self.W["output"])
+
+    def _heads(self, rows: HeadRows, plan, states, ctx):
+        """From the products' rows to what the output matrix multiplies: the WKV's inputs
+        (rwkv-spec §2.5), the recurrence, and the normed heads plus the bonus, gated."""
+        A, H, N, hw = rows.r.shape[0], self.H, self.N, self.heads
+        log_decay = -V7_DECAY_SCALE * sigmoid(hw.w0 + rows.decay_lora)
+        alpha = sigmoid(hw.a0 + rows.alpha_lora)  # in-context learning rate
+        kappa = (rows.k * hw.k_k).reshape(A, H, N)
         kappa = kappa / np.maximum(np.linalg.norm(kappa, axis=-1, keepdims=True), 1e-12)
-        k = k * (1.0 + (alpha - 1.0) * self.k_a)  # κ̂ above uses the unmodified k
+        k = rows.k * (1.0 + (alpha - 1.0) * hw.k_a)  # κ̂ above uses the unmodified k
+        v = rows.v
         if self.first:
             ctx.v_first = v
         else:
-            v = v + (ctx.v_first - v) * sigmoid(self.v0 + linear(linear(xv, lora["v1"]), lora["v2"]))
-        r3, k3, v3 = r.reshape(A, H, N), k.reshape(A, H, N), v.reshape(A, H, N)
+            v = v + (ctx.v_first - v) * sigmoid(hw.v0 + rows.value_lora)
+        r3, k3, v3 = rows.r.reshape(A, H, N), k.reshape(A, H, N), v.reshape(A, H, N)
         per_token = (r3, log_decay.reshape(A, H, N), k3, v3, -kappa, kappa * alpha.reshape(A, H, N))
-        if wkv7_segments is not None and kernels_on():
-            y = wkv7_segments(plan, states, *per_token)
-        else:
-            y = run_segments(plan, states, wkv7_step, wkv7_sequence, *per_token)
-        y = group_norm(y.reshape(A, H * N), H, *self.ln_x)
-        bonus = np.sum(r3 * k3 * self.r_k, axis=-1, keepdims=True) * v3  # added after the norm
-        return linear((y + bonus.reshape(A, H * N)) * g, self.W["output"])
+        y = run_segments(plan, states, wkv7_step, wkv7_sequence, *per_token)
+        y = group_norm(y.reshape(A, H * N), H, hw.lnx_w, hw.lnx_b)
+        bonus = np.sum(r3 * k3 * hw.r_k, axis=-1, keepdims=True) * v3  # added after the norm
+        return (y + bonus.reshape(A, H * N)) * rows.g
+
+    def _compiled_heads(self, rows: HeadRows, plan, states, ctx):
+        """`_heads` in one compiled call (fused7_layer.mixed_heads, the decoding layer's
+        own): a prefill's element-wise numpy work, about a sixth of a 0.1B chunk's time."""
+        rows = HeadRows(*(np.ascontiguousarray(a, dtype=np.float32) for a in rows))
+        if self.first:
+            ctx.v_first = np.empty_like(rows.v)
+        slots = np.repeat(plan.slots, plan.stops - plan.starts).astype(np.int64)
+        return launch(chunk_heads, self.heads, rows, ctx.v_first, self.first, states, slots)
 
 
 class ChannelMix7:

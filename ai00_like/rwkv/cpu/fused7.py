@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import intrinsics
-from .blocks import TimeMix7
+from .blocks import HeadWeights, TimeMix7
 from .forms import form_of
 from .jit import LAUNCH
 
@@ -40,19 +40,12 @@ else:
 
 
 class TimeMixWeights(NamedTuple):
-    """blocks.TimeMix7's weights: fp32 vectors [C] (mix [6, C] for r, w, k, v, a, g; r_k
-    [H, N]), and the matrices as their forms' `compiled` gives them (v1, v2 empty in the
-    first layer, which has no value residual)."""
+    """blocks.TimeMix7's weights: the token mix [6, C] for r, w, k, v, a, g in fp32, its
+    vectors after the products (blocks.HeadWeights), and the matrices as their forms'
+    `compiled` gives them (v1, v2 empty in the first layer, which has no value residual)."""
 
     mix: np.ndarray
-    w0: np.ndarray
-    a0: np.ndarray
-    v0: np.ndarray
-    k_k: np.ndarray
-    k_a: np.ndarray
-    r_k: np.ndarray
-    lnx_w: np.ndarray
-    lnx_b: np.ndarray
+    heads: HeadWeights
     Wr: Any
     Wk: Any
     Wv: Any
@@ -156,9 +149,7 @@ def block_weights(block) -> BlockWeights | None:
         return None
     Wr, Wk, Wv, Wo, w1, w2, a1, a2, g1, g2, v1, v2, Fk, Fv = (form_of(m).compiled(m) for m in matrices)
     own = lambda v: np.array(v, dtype=np.float32)  # own copies: one compiled type
-    time_mix = TimeMixWeights(own(tm.mix[:, 0, :]), own(tm.w0), own(tm.a0), own(tm.w0 if tm.v0 is None else tm.v0),
-                              own(tm.k_k), own(tm.k_a), own(tm.r_k), own(tm.ln_x[0]), own(tm.ln_x[1]),
-                              Wr, Wk, Wv, Wo, w1, w2, a1, a2, g1, g2, v1, v2)
+    time_mix = TimeMixWeights(own(tm.mix[:, 0, :]), tm.heads, Wr, Wk, Wv, Wo, w1, w2, a1, a2, g1, g2, v1, v2)
     channel_mix = ChannelMixWeights(own(cm.mix).reshape(1, -1), Fk, Fv)
     return BlockWeights(own(block.ln1[0]), own(block.ln1[1]), own(block.ln2[0]), own(block.ln2[1]), time_mix,
                         channel_mix)

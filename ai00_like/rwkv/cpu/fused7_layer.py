@@ -117,11 +117,14 @@ def empty_rows(M, C):  # pragma: no cover - compiled by numba
 
 @_tools.jit
 def wkv(S, slots, r, decay, k, v, a, b, y):  # pragma: no cover - compiled by numba
-    """wkv_numba.kernel7 for the rows: S [B, H, N(value), N(key)], row m's state S[slots[m]]
-    updated in place, the rows [M, C] read as [M, H, N]: indexed by the loops' own
-    variables, which numba knows are not negative (as a[m, h * N + j] they were checked
-    for wrapping around, and the loops ran 8 times slower). Consecutive rows of one slot
-    (a speculative step's tokens) go in order, each from the state the one before left."""
+    """v7's recurrence, S ← S·(diag(decay) + a bᵀ) + v kᵀ and y = S r (a = −κ̂, b = κ̂⊙α,
+    k = k'), in the reference's order of operations: S [B, H, N(value), N(key)], row m's
+    state S[slots[m]] updated in place, each (run, head) a task whose state stays in the
+    core's cache while its rows stream through. The rows [M, C] are read as [M, H, N],
+    indexed by the loops' own variables, which numba knows are not negative (as
+    a[m, h * N + j] they were checked for wrapping around, and the loops ran 8 times
+    slower). Consecutive rows of one slot (a prompt's, a speculative step's tokens) go in
+    order, each from the state the one before left."""
     M = r.shape[0]
     H, N = S.shape[1], S.shape[2]
     r3, d3, k3, v3 = r.reshape(M, H, N), decay.reshape(M, H, N), k.reshape(M, H, N), v.reshape(M, H, N)
@@ -254,6 +257,26 @@ def gated_heads(tm, y, r, k, v, g):  # pragma: no cover - compiled by numba
 
 
 @inlined
+def mixed_heads(tm, rows, v_first, first, S, slots):  # pragma: no cover - compiled by numba
+    """TimeMix7 from its products' outputs to what its output matrix multiplies: the WKV's
+    inputs, the recurrence and the gated heads. tm: blocks.HeadWeights; `rows` are
+    blocks.HeadRows' (r, k, v, g and the decay's, α's and the value residual's LoRA
+    outputs); k, v and α's are overwritten."""
+    r, k, v, g, log_decay, alpha, gate = rows
+    decay, a, b = wkv_inputs(tm, k, v, v_first, first, log_decay, alpha, gate)
+    y = empty_rows(r.shape[0], r.shape[1])
+    wkv(S, slots, r, decay, k, v, a, b, y)
+    gated_heads(tm, y, r, k, v, g)
+    return y
+
+
+@_tools.jit(**ELEMENT_WISE)  # its WKV is the parallel kernel it calls
+def chunk_heads(tm, rows, v_first, first, S, slots):  # pragma: no cover - compiled by numba
+    """`mixed_heads` for a prompt's chunk, whose products blocks.TimeMix7 leaves to BLAS."""
+    return mixed_heads(tm, rows, v_first, first, S, slots)
+
+
+@inlined
 def time_mix7(z, slots, att_shift, S, v_first, first, tm):  # pragma: no cover - compiled by numba
     """blocks.TimeMix7 of the rows z [M, C] (layer-normed), row m in slot slots[m]."""
     M, C = z.shape
@@ -261,10 +284,7 @@ def time_mix7(z, slots, att_shift, S, v_first, first, tm):  # pragma: no cover -
     r, k, v = empty_rows(M, C), empty_rows(M, C), empty_rows(M, C)
     matvec3(tm.Wr, xs[0], r, tm.Wk, xs[2], k, tm.Wv, xs[3], v)
     log_decay, alpha, g, gate = loras(tm, xs, first)
-    decay, a, b = wkv_inputs(tm, k, v, v_first, first, log_decay, alpha, gate)
-    y = empty_rows(M, C)
-    wkv(S, slots, r, decay, k, v, a, b, y)
-    gated_heads(tm, y, r, k, v, g)
+    y = mixed_heads(tm.heads, (r, k, v, g, log_decay, alpha, gate), v_first, first, S, slots)
     out = empty_rows(M, C)
     matvec(tm.Wo, y, out)
     return out
@@ -294,12 +314,13 @@ def prefetch_layer(block, state):  # pragma: no cover - compiled by numba
     element-wise work between them (12 layers of the 0.1B shape in bf16 at batch 1:
     8.1-8.9 → 7.2 ms)."""
     tm, cm = block.time_mix, block.channel_mix
-    for vector in (block.ln1_w, block.ln1_b, block.ln2_w, block.ln2_b, tm.w0, tm.a0, tm.v0, tm.k_k, tm.k_a,
-                   tm.lnx_w, tm.lnx_b):
+    hw = tm.heads
+    for vector in (block.ln1_w, block.ln1_b, block.ln2_w, block.ln2_b, hw.w0, hw.a0, hw.v0, hw.k_k, hw.k_a,
+                   hw.lnx_w, hw.lnx_b):
         prefetch_array(vector)
     prefetch_array(tm.mix)
     prefetch_array(cm.mix)
-    prefetch_array(tm.r_k)
+    prefetch_array(hw.r_k)
     for m in range(state.slots.shape[0]):
         prefetch_array(state.att_shift[state.slots[m]])
         prefetch_array(state.ffn_shift[state.slots[m]])

@@ -97,8 +97,9 @@ class CpuModel:
         pool = StatePool(self.info, 2)
         self._step(pool, [StepInput(0, [0]), StepInput(1, [0])], compiled=True)
         self._step(pool, [StepInput(0, [0])], compiled=True)
-        if self._warming is not None:  # a prefill chunk's kernels too (the WKV kernel), not in a request's step
-            self._step(pool, [StepInput(0, [0, 0, 0])], compiled=True)
+        # A prompt's chunk too (longer than a fused run: the blocks' WKV kernels), or the
+        # first request with a prompt would compile them: 3.5 s for v7, cold.
+        self._step(pool, [StepInput(0, [0] * (FUSED_RUN + 1))], compiled=True)
 
     def _warm_up_in_background(self) -> None:
         start = time.perf_counter()

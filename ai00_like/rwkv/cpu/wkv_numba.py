@@ -1,4 +1,5 @@
-"""The WKV recurrences of v5/v6 and v7 token by token, compiled: every segment of a step in one call.
+"""The WKV recurrence of v5/v6 token by token, compiled: every segment of a step in one call
+(v7's is fused7_layer.py's `wkv`, inside the work between its products).
 
 In numpy the recurrence needs the chunked form of rwkv-spec §3.2 to be fast, and even so a
 512-token prefill spends a sixth of its time in ~30 small array operations per chunk and
@@ -7,8 +8,7 @@ head. Compiled, the plain recurrence of §2.5 is cheaper still: each head's stat
 and every (segment, head) pair is independent: a decoding batch's pairs are shared among the
 cores (ops.threads_for). It is also the reference's own order of operations, in fp32.
 
-`wkv5_segments` and `wkv7_segments` are None without numba (jit.py); the callers then use
-wkv.py.
+`wkv5_segments` is None without numba (jit.py); the callers then use wkv.py.
 """
 
 from __future__ import annotations
@@ -27,25 +27,6 @@ def _build():
     # Each task takes one view, its head's state; the loops index the arrays themselves. A
     # view per row or per token costs two atomic reference counts in numba's runtime, and
     # they had taken most of the time (a token's 12 heads: 16 → 9 µs).
-    @jit
-    def kernel7(states, slots, starts, stops, r, decay, k, v, a, b, y):  # pragma: no cover - compiled
-        H, N = r.shape[1], r.shape[2]
-        for task in prange(len(slots) * H):
-            seg, h = task // H, task % H
-            S = states[slots[seg], h]  # [value, key]
-            for t in range(starts[seg], stops[seg]):
-                for i in range(N):
-                    sa = np.float32(0.0)
-                    for j in range(N):
-                        sa += S[i, j] * a[t, h, j]
-                    vi = v[t, h, i]
-                    acc = np.float32(0.0)
-                    for j in range(N):
-                        s = S[i, j] * decay[t, h, j] + sa * b[t, h, j] + vi * k[t, h, j]
-                        S[i, j] = s
-                        acc += s * r[t, h, j]
-                    y[t, h, i] = acc
-
     @jit
     def kernel5(states, slots, starts, stops, r, decay, k, v, u, y):  # pragma: no cover - compiled
         H, N = r.shape[1], r.shape[2]
@@ -78,15 +59,7 @@ def _build():
         u = read_only(np.ascontiguousarray(np.broadcast_to(u, r.shape[1:]), dtype=np.float32))  # v5.0/5.1 store [H, 1]
         return run_segments(kernel5, plan, states, (r, np.exp(log_decay), k, v), (u,))
 
-    def wkv7_segments(plan, states, r, log_decay, k, v, a, b):
-        """v7: `states` [B, H, N(value), N(key)], updated in place; the others are the stacked
-        rows [A, H, N]. Returns y [A, H, N].
-
-        S ← S·(diag(decay) + a bᵀ) + v kᵀ;  y = S r   (a = −κ̂, b = κ̂⊙α, k = k')
-        """
-        return run_segments(kernel7, plan, states, (r, np.exp(log_decay), k, v, a, b))
-
-    return wkv5_segments, wkv7_segments
+    return wkv5_segments
 
 
-wkv5_segments, wkv7_segments = _build() or (None, None)
+wkv5_segments = _build()
