@@ -2,7 +2,8 @@
 
 A seeded v7 checkpoint of the 0.1B shape (L12, D768, V65536; others with `--shape`) in
 fp32, saved once as a `.pth` that both engines load. Each engine runs in its own process with 2 threads:
-prefill tokens/s of a 512-token prompt, decode tokens/s at batch 1, 4 and 16, and the
+prefill tokens/s of a 512-token prompt and of its first 128 tokens (a short prompt, where
+fixed costs weigh more), decode tokens/s at batch 1, 4 and 16, and the
 process's peak memory. Ours also runs on the same weights saved as a bf16 `.pth` (as RWKV
 models are released) at the precisions of `--precisions` (default bf16 and fp16, kept
 16-bit in memory, and Int8 and NF4 of every layer, with the head 16-bit and with it Int8),
@@ -44,12 +45,13 @@ import record
 from shapes import CACHE, SHAPES, bf16_checkpoint
 
 THREADS = 2
-PROMPT, DECODE_STEPS, BATCHES = 512, 32, (1, 4, 16)
+PROMPT, SHORT_PROMPT, DECODE_STEPS, BATCHES = 512, 128, 32, (1, 4, 16)
 
 COMMON = """
 import json, resource, sys, time
 import numpy as np
 path, prompt_len, steps, batches = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
+short_len = int(sys.argv[5])
 prompt = np.random.default_rng(0).integers(1, 65530, prompt_len).tolist()
 def peak_mb():
     # VmHWM is this process image's own high-water mark; ru_maxrss would also count the
@@ -83,6 +85,7 @@ load_s = time.perf_counter() - t
 blas = next((f"{i['internal_api']} {i.get('architecture')}" for i in threadpool_info() if i["user_api"] == "blas"), "?")
 model.forward(prompt[:64])  # warm-up
 prefill_s = best_of(2, lambda: model.forward(prompt))
+short_s = best_of(3, lambda: model.forward(prompt[:short_len]))
 decode = {}
 for b in batches:
     inputs = [StepInput(slot, [prompt[slot]]) for slot in range(b)]
@@ -91,8 +94,8 @@ for b in batches:
         for _ in range(steps):  # each step's logits dropped, as the server does after sampling
             model.step(inputs)
     decode[b] = b * steps / best_of(3, decode_steps)
-print(json.dumps({"load_s": load_s, "prefill_tps": prompt_len / prefill_s, "decode_tps": decode, "peak_mb": peak_mb(),
-                  "blas": blas}))
+print(json.dumps({"load_s": load_s, "prefill_tps": prompt_len / prefill_s, "short_prefill_tps": short_len / short_s,
+                  "decode_tps": decode, "peak_mb": peak_mb(), "blas": blas}))
 """
 
 # Each of our configurations once, untimed, before the rounds: numba compiles a kernel the
@@ -135,13 +138,15 @@ from rwkv.model import RWKV
 t = time.perf_counter(); model = RWKV(model=path[:-4], strategy="cpu fp32"); load_s = time.perf_counter() - t
 model.forward(prompt[:64], None)
 prefill_s = best_of(2, lambda: model.forward(prompt, None))
+short_s = best_of(3, lambda: model.forward(prompt[:short_len], None))
 _, state = model.forward(prompt[:8], None)
 def run():
     s = state
     for i in range(steps):
         _, s = model.forward([prompt[i]], s)
 decode = {1: steps / best_of(3, run)}
-print(json.dumps({"load_s": load_s, "prefill_tps": prompt_len / prefill_s, "decode_tps": decode, "peak_mb": peak_mb()}))
+print(json.dumps({"load_s": load_s, "prefill_tps": prompt_len / prefill_s, "short_prefill_tps": short_len / short_s,
+                  "decode_tps": decode, "peak_mb": peak_mb()}))
 """
 
 
@@ -166,7 +171,7 @@ def run(code: str, path: Path, env_extra: dict, batches, blas_coretype: str | No
     if blas_coretype:
         env["OPENBLAS_CORETYPE"] = blas_coretype
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(path), str(PROMPT), str(DECODE_STEPS),
-                          json.dumps(list(batches))], env=env, capture_output=True, text=True)
+                          json.dumps(list(batches)), str(SHORT_PROMPT)], env=env, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"benchmark process failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -178,9 +183,11 @@ def best_of_passes(figures: list[dict | None]) -> dict | None:
         return None
     best = dict(figures[-1])
     best["prefill_tps"] = max(f["prefill_tps"] for f in figures)
+    best["short_prefill_tps"] = max(f["short_prefill_tps"] for f in figures)
     best["decode_tps"] = {b: max(f["decode_tps"][b] for f in figures) for b in figures[0]["decode_tps"]}
     best["peak_mb"] = max(f["peak_mb"] for f in figures)
-    best["rounds"] = [{"prefill_tps": f["prefill_tps"], "decode_tps": f["decode_tps"]} for f in figures]
+    best["rounds"] = [{"prefill_tps": f["prefill_tps"], "short_prefill_tps": f["short_prefill_tps"],
+                       "decode_tps": f["decode_tps"]} for f in figures]
     return best
 
 
@@ -246,7 +253,7 @@ def best_of_rounds(args, shape: str, path: Path, precisions: list[str], pinned_c
             import llama_cpp_runner as llama_cpp_bench
 
             passes[-1].update({f"llama {t}": figures for t, figures in
-                               llama_cpp_bench.measure_all(path, PROMPT, DECODE_STEPS, BATCHES).items()})
+                               llama_cpp_bench.measure_all(path, PROMPT, DECODE_STEPS, BATCHES, SHORT_PROMPT).items()})
     return {name: best_of_passes([p[name] for p in passes]) for name in passes[0]}
 
 
@@ -259,6 +266,7 @@ def print_against_reference(best: dict) -> None:
     ours, ref = best["ours"], best["ref"]
     print(f"{'':24}{'ours':>12}{'reference':>12}{'ratio':>8}")
     row(f"prefill {PROMPT} tok/s", ours["prefill_tps"], ref and ref["prefill_tps"])
+    row(f"prefill {SHORT_PROMPT} tok/s", ours["short_prefill_tps"], ref and ref["short_prefill_tps"])
     for b in BATCHES:
         row(f"decode batch {b} tok/s", ours["decode_tps"][str(b)], ref and ref["decode_tps"]["1"])
     row("peak memory MiB", ours["peak_mb"], ref and ref["peak_mb"])
@@ -275,6 +283,7 @@ def print_against_fp32(best: dict, precisions: list[str]) -> None:
         figures = best[name]
         print(title)
         row(f"prefill {PROMPT} tok/s", figures["prefill_tps"], ours["prefill_tps"])
+        row(f"prefill {SHORT_PROMPT} tok/s", figures["short_prefill_tps"], ours["short_prefill_tps"])
         for b in BATCHES:
             row(f"decode batch {b} tok/s", figures["decode_tps"][str(b)], ours["decode_tps"][str(b)])
         row("peak memory MiB", figures["peak_mb"], ours["peak_mb"])

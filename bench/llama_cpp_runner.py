@@ -150,15 +150,17 @@ def ensure_converted(checkpoint: Path, types=TYPES) -> dict[str, Path]:
     return paths
 
 
-def measure(gguf: Path, prompt_len: int, steps: int, batches) -> dict:
-    """Prefill and decode tokens/s and peak MiB of one GGUF file, in a process of its own."""
-    out = run_child("measure", gguf, prompt_len, steps, json.dumps(list(batches)), THREADS)
+def measure(gguf: Path, prompt_len: int, steps: int, batches, short_len: int) -> dict:
+    """Prefill (of the prompt and of its first `short_len` tokens) and decode tokens/s and
+    peak MiB of one GGUF file, in a process of its own."""
+    out = run_child("measure", gguf, prompt_len, steps, json.dumps(list(batches)), THREADS, short_len)
     return json.loads(out.strip().splitlines()[-1])
 
 
-def measure_all(checkpoint: Path, prompt_len: int, steps: int, batches) -> dict[str, dict]:
+def measure_all(checkpoint: Path, prompt_len: int, steps: int, batches, short_len: int) -> dict[str, dict]:
     """Build and convert as needed, then measure every type: {"f16": figures, ...}."""
-    return {t: measure(path, prompt_len, steps, batches) for t, path in ensure_converted(checkpoint).items()}
+    return {t: measure(path, prompt_len, steps, batches, short_len)
+            for t, path in ensure_converted(checkpoint).items()}
 
 
 def check(checkpoint: Path) -> dict:
@@ -230,9 +232,9 @@ def main() -> None:
         print(json.dumps(report))
         record.save("llama_cpp_check", report, args)
         return
-    from engine import BATCHES, DECODE_STEPS, PROMPT
+    from engine import BATCHES, DECODE_STEPS, PROMPT, SHORT_PROMPT
 
-    measured = measure_all(path, PROMPT, DECODE_STEPS, BATCHES)
+    measured = measure_all(path, PROMPT, DECODE_STEPS, BATCHES, SHORT_PROMPT)
     for t, figures in measured.items():
         print(json.dumps({"type": t, **figures}))
     record.save("llama_cpp", measured, args)
@@ -251,7 +253,8 @@ def child(argv: list[str]) -> None:
         ids = save_llama_logits(Path(args[0]), json.loads(args[1]), int(args[2]), Path(args[3]), args[4])
         print(json.dumps(ids))
     elif command == "measure":
-        print(json.dumps(measure_here(Path(args[0]), int(args[1]), int(args[2]), json.loads(args[3]), int(args[4]))))
+        print(json.dumps(measure_here(Path(args[0]), int(args[1]), int(args[2]), json.loads(args[3]), int(args[4]),
+                                      int(args[5]))))
     else:
         raise SystemExit(f"unknown command {command}")
 
@@ -508,8 +511,8 @@ def peak_mb() -> float:
     return float("nan")
 
 
-def measure_here(gguf: Path, prompt_len: int, steps: int, batches: list[int], threads: int) -> dict:
-    """bench/engine.py's measurements on one GGUF: the same prompt, steps and batches."""
+def measure_here(gguf: Path, prompt_len: int, steps: int, batches: list[int], threads: int, short_len: int) -> dict:
+    """bench/engine.py's measurements on one GGUF: the same prompt, short prompt, steps and batches."""
     import numpy as np
 
     prompt = np.random.default_rng(0).integers(1, 65530, prompt_len).tolist()
@@ -519,6 +522,7 @@ def measure_here(gguf: Path, prompt_len: int, steps: int, batches: list[int], th
     session.prompt(prompt[:64])  # warm-up, as ours
     session.reset()
     prefill_s = best_of(2, lambda: session.prompt(prompt), setup=session.reset)
+    short_s = best_of(3, lambda: session.prompt(prompt[:short_len]), setup=session.reset)
     decode = {}
     for b in batches:
         session.reset()
@@ -530,8 +534,8 @@ def measure_here(gguf: Path, prompt_len: int, steps: int, batches: list[int], th
                 session.decode(step)
 
         decode[b] = b * steps / best_of(3, decode_steps)
-    return {"load_s": load_s, "prefill_tps": prompt_len / prefill_s, "decode_tps": decode, "peak_mb": peak_mb(),
-            "file_mb": gguf.stat().st_size / 2**20}
+    return {"load_s": load_s, "prefill_tps": prompt_len / prefill_s, "short_prefill_tps": short_len / short_s,
+            "decode_tps": decode, "peak_mb": peak_mb(), "file_mb": gguf.stat().st_size / 2**20}
 
 
 if __name__ == "__main__":
