@@ -118,6 +118,33 @@ def running_sums(builder, vector, rows, weight_rows):
             for _ in range(weight_rows)]
 
 
+# A packed block's products are multiply-adds into sums that start at zero, one sum per
+# (weight row, row of x): at one row a single chain, each FMA waiting 4 cycles for the one
+# before while two could start every cycle. A block's FMAs go round this many sums a call
+# (shared among its weight rows and rows of x), which are added up in pairs at its end. Int8
+# at one row, 2 Zen 3 cores, 1.5B's 2,048 × 2,048: 16.9 → 21.4 billion weights a second.
+CHAINS = 4
+
+
+def chained_sums(vector, rows, weight_rows):
+    """[weight row][row of x] lists of zero sums, CHAINS in all or one each."""
+    chains = max(1, CHAINS // (rows * weight_rows))
+    return [[[ir.Constant(vector, None)] * chains for _ in range(rows)] for _ in range(weight_rows)]
+
+
+def fma_into(builder, fma, chain, n, a, b):
+    """chain[n % len(chain)] += a · b."""
+    chain[n % len(chain)] = builder.call(fma, [a, b, chain[n % len(chain)]])
+
+
+def pairwise_sum(builder, values):
+    """values[0] + values[1] + ..., added in pairs."""
+    while len(values) > 1:
+        values = [builder.fadd(values[k], values[k + 1]) if k + 1 < len(values) else values[k]
+                  for k in range(0, len(values), 2)]
+    return values[0]
+
+
 def write_sums(context, builder, out_t, out, totals, j, i, width, extra=None):
     """out[j + r, i + a] = the lanes of totals[a][r] added up (+ extra[a][r])."""
     reduce = declare(builder, f"llvm.vector.reduce.fadd.v{width}f32", F32, F32, fvec(width))
@@ -170,20 +197,20 @@ class Nf4Dot:
     def chunk(self, at, codes_of, scale_of):
         """A chunk's share of every sum: code c of each lane's word times x's vector c."""
         builder = self.builder
-        sums = [[ir.Constant(fvec(self.width), None)] * self.rows for _ in range(self.weight_rows)]
+        sums = chained_sums(fvec(self.width), self.rows, self.weight_rows)
         levels = [self.chunk_levels(codes_of(w)) for w in self.words]
         for c in range(8):
             position = builder.add(builder.mul(at, index(8)), index(c))
             x_parts = [builder.load(builder.gep(x_row, [position]), align=4) for x_row in self.xs]
             for a in range(self.weight_rows):
-                w = levels[a][c]
                 for r, x_part in enumerate(x_parts):
-                    sums[a][r] = builder.call(self.fma, [w, x_part, sums[a][r]])
+                    fma_into(builder, self.fma, sums[a][r], c, levels[a][c], x_part)
         for a in range(self.weight_rows):
             scale = scale_of(self.scales[a])
             for r in range(self.rows):
                 total = self.total[a][r]
-                builder.store(builder.call(self.fma, [sums[a][r], scale, builder.load(total)]), total)
+                chunk_sum = pairwise_sum(builder, sums[a][r])
+                builder.store(builder.call(self.fma, [chunk_sum, scale, builder.load(total)]), total)
 
     def chunk_levels(self, words):
         """The chunk's 8 vectors of levels, vector c for x's vector c: the byte-plane lookup's
@@ -326,14 +353,15 @@ def int8_dot_ir(context, builder, sig, args, width, rows, weight_rows):
     offset = running_sums(builder, F32, rows, weight_rows)
     with cgutils.for_range(builder, builder.udiv(cols, index(INT8_BLOCK))) as loop:
         start = builder.mul(loop.index, index(INT8_BLOCK))
-        sums = [[ir.Constant(vector, None)] * rows for _ in range(weight_rows)]
-        for part in range(0, INT8_BLOCK, width):
+        sums = chained_sums(vector, rows, weight_rows)
+        for n, part in enumerate(range(0, INT8_BLOCK, width)):
             at = builder.add(start, index(part))
             x_parts = [load_vector(builder, x_row, at, vector, 4) for x_row in xs]
             for a, q_row in enumerate(q_rows):
                 widened = builder.uitofp(load_vector(builder, q_row, at, ir.VectorType(I8, width), 1), vector)
                 for r, x_part in enumerate(x_parts):
-                    sums[a][r] = builder.call(fma, [widened, x_part, sums[a][r]])
+                    fma_into(builder, fma, sums[a][r], n, widened, x_part)
+        sums = [[pairwise_sum(builder, chain) for chain in row_sums] for row_sums in sums]
         two_b = builder.mul(loop.index, index(2))
         block_x = [builder.load(builder.gep(x_sum, [loop.index])) for x_sum in x_sums]
         for a in range(weight_rows):

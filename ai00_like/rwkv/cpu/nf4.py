@@ -130,9 +130,11 @@ def scalar_matmul(Q, absmax, levels, x, out):  # pragma: no cover - compiled by 
 
 def vector_matmul(Q, absmax, levels, x, out):  # pragma: no cover - compiled by numba
     N, M = Q.shape[0], x.shape[0]
-    if M <= 4 and Q.shape[1] * 8 > ROW_X_BYTES:
+    if LANES == 16 and M <= 4 and Q.shape[1] * 8 > ROW_X_BYTES:
         # A long x: read once for 4 weight rows (skinny.py; 2,048 × 7,168 from memory at 1 /
         # 2 / 4 rows, Int8: 18.7 → 23.9 / 10.8 → 19.5 / 8.2 → 14.0 billion weights a second).
+        # Not with AVX2: four rows' levels, 8 vectors each, do not fit in its 16 registers
+        # (2,048 × 8,192 at one row on Zen 3: 13 billion weights a second, 21–24 row by row).
         for quad in prange((N + 3) // 4):  # names of its own: see skinny.py
             first = quad * 4
             if first + 4 > N:
