@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 
 from ai00_like.rwkv.batch import StepInput
-from ai00_like.rwkv.cpu import blocks
+from ai00_like.rwkv.cpu import blocks, ops
+from ai00_like.rwkv.cpu.model import CpuModel
+from ai00_like.rwkv.cpu.ops import COMPILED_ROWS, SKINNY_ROWS
+from ai00_like.rwkv.info import detect
+from ai00_like.rwkv.quant import quantise_tensors
+from ai00_like.rwkv.synthetic import make_checkpoint
 from engine_helpers import BACKENDS, rel_err, synthetic_model
 
 VERSIONS = ["4", "5.0", "5.1", "5.2", "6", "7"]
@@ -92,6 +97,31 @@ def test_prompts_through_the_compiled_heads_match_numpys(monkeypatch):
     compiled = run(lambda *args: calls.append(1) or compiled_heads(*args))
     assert len(calls) == 2, "the compiled heads did not run on each layer's prompt step"
     assert rel_err(compiled, run(None)) < SAME
+
+
+@pytest.mark.skipif(blocks.chunk_heads is None, reason="the compiled kernels need numba")
+@pytest.mark.parametrize("kind", ["bf16", "nf4"])
+def test_a_short_prompt_through_the_compiled_products_matches_blas(kind, monkeypatch):
+    """A model of 16-bit or packed weights multiplies a chunk of up to COMPILED_ROWS rows in
+    the compiled kernels (BLAS would need each tile widened first), a longer one in BLAS:
+    the same prompt must give the same logits either way."""
+    tensors = make_checkpoint("7", n_layer=2, n_embd=128, head_size=32, vocab=500, seed=5)
+    info = detect({name: a.shape for name, a in tensors.items()})
+    if kind == "nf4":
+        model = CpuModel(quantise_tensors(tensors, info.n_layer, "nf4"), info)
+    else:
+        model = CpuModel(tensors, info, precision="bf16")
+    assert model.compiled_rows == COMPILED_ROWS
+    widened = []
+    tiled = ops._tiled_linear
+    monkeypatch.setattr(ops, "_tiled_linear", lambda *args: widened.append(1) or tiled(*args))
+    prompt = tokens(3, COMPILED_ROWS - 20)
+    compiled, _ = model.forward(prompt, full_output=True)
+    assert not widened, "a short prompt's products went to BLAS"
+    model.compiled_rows = SKINNY_ROWS  # as a longer chunk's
+    through_blas, _ = model.forward(prompt, full_output=True)
+    assert widened
+    assert rel_err(compiled, through_blas) < SAME
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -22,7 +22,7 @@ from .arena import Arena
 from .blocks import Block, Context
 from .fused7 import DecodeLayers
 from .jit import compiling_ahead, in_passing_thread, kernels_on, numpy_only, release_compiler_pages, warmed_marker
-from .ops import SKINNY_ROWS, kernel_set, keeps_16bit, kernel_form, linear, pinned_blas_note, threads_for
+from .ops import COMPILED_ROWS, SKINNY_ROWS, kernel_set, keeps_16bit, kernel_form, linear, pinned_blas_note, threads_for
 from .setup import prepare
 from .skinny import skinny_matmul
 
@@ -47,6 +47,8 @@ class CpuModel:
         prepare()
         self.info = info
         self.precision = precision = kept_precision(tensors, precision)
+        # fp32 matrices go to BLAS as they are; 16-bit and packed ones would need widening.
+        self.compiled_rows = SKINNY_ROWS if precision == "fp32" and not _packed(tensors) else COMPILED_ROWS
         self.tensors = tensors  # as loaded (LoRAs merged), for saving; the layers below share them
         vec = lambda name: as_float32(tensors[name]).reshape(-1)
         # ln0 is applied to the gathered rows each step rather than folded into a copy of
@@ -191,7 +193,7 @@ class CpuModel:
             log.debug("released %.0f MiB of LLVM's pages", release_compiler_pages() / 2**20)
 
     def _threads(self, rows: int):
-        return threads_for(rows)
+        return threads_for(rows, self.compiled_rows)
 
     def _layers(self, ids: np.ndarray, plan: BatchPlan, pool: StatePool) -> np.ndarray:
         """The last layer's output of the step's rows: (A, C) for A = len(ids)."""

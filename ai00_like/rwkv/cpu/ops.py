@@ -38,7 +38,8 @@ def linear(x: np.ndarray, weight) -> np.ndarray:
     weights as the left operand, which OpenBLAS runs about twice as fast as x · Wᵀ. A
     prefill chunk's many rows go through x · Wᵀ, which is faster there once the transposed
     copies are counted; 16-bit and packed W are widened a tile of rows at a time into a
-    reused buffer for it (`_tiled_linear`).
+    reused buffer for it (`_tiled_linear`), except in a chunk short enough that
+    `threads_for` gave numba the cores (COMPILED_ROWS): its products stay in the kernels.
     """
     form = form_of(weight)
     if form is DENSE and weight.dtype != np.float32 and not (keeps_16bit() and kernels_on()):
@@ -46,9 +47,9 @@ def linear(x: np.ndarray, weight) -> np.ndarray:
     if form is DENSE and weight.dtype == np.float32:
         return _fp32_linear(x, weight)
     rows = x.shape[0]
-    if rows > SKINNY_ROWS:
+    if rows > SKINNY_ROWS and not getattr(_cores, "numba", False):
         return _tiled_linear(x, weight.shape, functools.partial(form.widen, weight), TILE_ROWS, _blas_product)
-    if rows < form.direct_rows:
+    if rows < form.direct_rows or form.widen_row is None:  # the latter: a form batched.py does not read
         return form.direct(x, weight)
     return batched_matmul(x, weight)
 
@@ -57,7 +58,7 @@ def _fp32_linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
     rows = x.shape[0]
     if rows == 1 and not getattr(_cores, "numba", False):
         return (weight @ x[0])[None, :]
-    if rows <= SKINNY_ROWS:
+    if rows <= SKINNY_ROWS or getattr(_cores, "numba", False):
         if skinny_matmul is not None and weight.flags.c_contiguous and kernels_on():
             return skinny_matmul(x, weight)
         return np.ascontiguousarray((weight @ x.T).T)
@@ -135,8 +136,15 @@ class _BlasThreads:
 _blas = _BlasThreads()
 
 
+# The most rows of a prompt's chunk that a model of 16-bit or packed weights multiplies in
+# the compiled kernels, numba having the cores: there the widening of every tile for BLAS
+# costs more than BLAS gains (1.5B bf16, a 128-token prompt on two Zen 3 cores: 31–34 →
+# 36–41 tokens/s; 256 tokens about even, 0.1B too).
+COMPILED_ROWS = 128
+
+
 @contextlib.contextmanager
-def threads_for(rows: int):
+def threads_for(rows: int, compiled_rows: int = SKINNY_ROWS):
     """Who gets the two cores during a step of `rows` stacked tokens: BLAS or numba.
 
     OpenBLAS's threads spin for a while after each call, and numba's would fight them for
@@ -146,14 +154,16 @@ def threads_for(rows: int):
     row, OpenBLAS's matrix-vector product streamed the 0.1B shape's weights at about
     22 GB/s against the kernels' 27.) A prefill chunk does its products in BLAS: numba
     (the WKV kernel, the widening of 16-bit tiles) on one thread. BLAS keeps the count of
-    the last step between steps, so a run of decoding steps changes nothing.
+    the last step between steps, so a run of decoding steps changes nothing. A model whose
+    weights BLAS would need widened keeps the products of up to `compiled_rows` rows
+    (COMPILED_ROWS) in the compiled kernels too, and gives numba the cores for them.
     """
     if skinny_matmul is None or not kernels_on():
         yield
         return
     import numba
 
-    if rows <= SKINNY_ROWS:
+    if rows <= compiled_rows:
         _blas.use(1)
         _cores.numba = True
         try:
