@@ -51,6 +51,7 @@ class ModelSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     quant: NonNegative = 0  # layers whose projections are quantised, from the first
     quant_type: str = "int8"  # int8, nf4 or none (Ai00's Int8/NF4/None too)
     quant_head: bool = False  # the head (output matrix) as Int8 blocks too (ours)
+    exact: bool = True  # fp32 activations in every CPU product; false: Int8 products round them (ours)
     draft_tokens: NonNegative = 8  # speculative decoding: the longest prompt-lookup draft (0: off; ours)
     max_batch: Positive = 8
     token_chunk_size: Positive = 256
@@ -236,6 +237,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             quant=section.quant,
             quant_type=section.quant_type,
             quant_head=section.quant_head,
+            exact=section.exact,
             draft_tokens=section.draft_tokens,
             max_batch=section.max_batch,
             token_chunk_size=section.token_chunk_size,

@@ -151,7 +151,8 @@ def disk_cache_key(spec: ModelSpec, model, identity: str) -> str:
     exactly as a cold run of this model would."""
     adapter = getattr(model, "adapter", None)
     engine = (f"{type(model).__module__}.{type(model).__name__}|{getattr(adapter, 'name', '')}|{spec.precision}|"
-              f"{spec.quant}|{spec.quant_type}|{spec.quant_head}")
+              f"{spec.quant}|{spec.quant_type}|{spec.quant_head}"
+              + ("|rounded" if getattr(model, "rounds_activations", False) else ""))
     return hashlib.sha256(f"{identity}|{engine}".encode()).hexdigest()
 
 
@@ -183,7 +184,7 @@ def build(spec: ModelSpec, progress=None) -> LoadedModel:
     model = load_model(spec.path, spec.device, max_batch=spec.max_batch,
                        loras=[(lora.path, lora.alpha) for lora in spec.loras], progress=progress,
                        precision=spec.precision, quant=spec.quant, quant_type=spec.quant_type,
-                       quant_head=spec.quant_head, warm_up="background")
+                       quant_head=spec.quant_head, warm_up="background", exact=spec.exact)
     layers, kind = quantisation_of(model.tensors)  # a saved quantised model stays quantised
     spec = msgspec.structs.replace(spec, quant=layers, quant_type=kind) if layers else spec
     spec = msgspec.structs.replace(spec, quant_head=head_quantised(model.tensors))

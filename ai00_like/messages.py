@@ -92,6 +92,7 @@ class ModelSpec(msgspec.Struct, frozen=True):
     quant: int = 0
     quant_type: str = "int8"
     quant_head: bool = False  # the head as Int8 blocks too
+    exact: bool = True  # fp32 activations in every CPU product (False: Int8 products round them, cpu/vnni.py)
     draft_tokens: int = 8  # speculative decoding's longest prompt-lookup draft (0: off)
     max_batch: int = 8
     token_chunk_size: int = 256

@@ -13,6 +13,9 @@ opening of Genesis), and for Int8 and NF4 weights against their own unrounded se
   (the issue's bar: the worst within 2e-2);
 * top-1 agreement (the issue's bar: at least 99%).
 
+"int16/128" is what `[model] exact = false` does to Int8 products on a CPU with AVX-512
+VNNI (cpu/vnni.py); where the CPU has it, the "VNNI" line measures those kernels themselves.
+
     .venv/bin/python bench/activation_rounding.py [--positions 2000] [--versions 7,6]
 """
 
@@ -30,7 +33,7 @@ from shapes import SHAPES
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ai00_like.rwkv import load_model
-from ai00_like.rwkv.cpu import blocks
+from ai00_like.rwkv.cpu import blocks, vnni
 from ai00_like.rwkv.cpu import model as cpu_model
 from ai00_like.rwkv.cpu.model import CpuModel
 from ai00_like.rwkv.info import detect
@@ -61,18 +64,20 @@ def to_bf16(x: np.ndarray) -> np.ndarray:
     return bits.view(np.float32)
 
 
-def to_int8(block: int | None):
-    """Round to int8 levels with one scale per run of `block` inputs of a row (None: per row)."""
+def to_int(largest: int, block: int | None):
+    """Round to integers up to `largest` (127: int8, 32,767: int16) with one scale per run of
+    `block` inputs of a row (None: per row)."""
     def rounded(x: np.ndarray) -> np.ndarray:
         rows, k = x.shape
         runs = x.reshape(rows, -1, block or k)
-        scale = np.abs(runs).max(axis=-1, keepdims=True) / 127
+        scale = np.abs(runs).max(axis=-1, keepdims=True) / largest
         scale[scale == 0] = 1
         return (np.rint(runs / scale) * scale).reshape(rows, k).astype(np.float32)
     return rounded
 
 
-ROUNDINGS = {"bf16": to_bf16, "int8/32": to_int8(32), "int8/row": to_int8(None)}
+ROUNDINGS = {"bf16": to_bf16, "int8/32": to_int(127, 32), "int8/row": to_int(127, None),
+             "int16/128": to_int(32767, 128)}
 
 
 def logits(model: CpuModel, prompt: list[int], rounding) -> np.ndarray:
@@ -112,11 +117,11 @@ def cases(versions: list[str], positions: int):
         tensors = checkpoint(version)
         info = detect({k: a.shape for k, a in tensors.items()})
         prompt = np.random.default_rng(0).integers(1, info.vocab, positions).tolist()
-        yield f"v{version} 0.1B", prompt, lambda kind, t=tensors, i=info: CpuModel(
-            t if kind == "bf16" else quantise_tensors(t, i.n_layer, kind), i, max_batch=1)
+        yield f"v{version} 0.1B", prompt, lambda kind, exact=True, t=tensors, i=info: CpuModel(
+            t if kind == "bf16" else quantise_tensors(t, i.n_layer, kind), i, max_batch=1, exact=exact)
     demo = MODELS / "demo.st"
     prompt = load_tokenizer(MODELS / "demo_vocab.txt").encode(GENESIS)
-    yield "demo", prompt, lambda kind: load_model(demo, device="cpu", precision="fp32", **(
+    yield "demo", prompt, lambda kind, exact=True: load_model(demo, device="cpu", precision="fp32", exact=exact, **(
         {} if kind == "bf16" else {"quant": 99, "quant_type": kind}))
 
 
@@ -137,6 +142,13 @@ def main() -> None:
                 results[f"{name}, {weights} weights, {rounded} activations ({len(prompt)} positions)"] = figures
                 print(f"{name:<9} {weights:<8} {rounded:<11} {figures['worst']:8.4f} {figures['p99']:8.4f} "
                       f"{figures['median']:8.4f} {figures['top1']:7.3f}", flush=True)
+            if weights == "int8" and vnni.available():  # the kernels themselves (exact = false)
+                rounded_model = make(weights, exact=False)
+                figures = compare(rounded_model.forward(prompt, full_output=True)[0], want)
+                results[f"{name}, {weights} weights, VNNI kernels ({len(prompt)} positions)"] = figures
+                print(f"{name:<9} {weights:<8} {'VNNI':<11} {figures['worst']:8.4f} {figures['p99']:8.4f} "
+                      f"{figures['median']:8.4f} {figures['top1']:7.3f}", flush=True)
+                del rounded_model
             del model, want
     print(json.dumps(results))
     record.save("activation_rounding", results, args)

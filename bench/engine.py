@@ -72,9 +72,11 @@ from ai00_like.rwkv import load_model
 from ai00_like.rwkv.batch import StepInput
 import os
 kept = os.environ.get("BENCH_PRECISION", "auto")  # a precision, or int8/nf4: every layer's projections quantised
-kind, _, head = kept.partition("+")  # int8+head, nf4+head: the head as Int8 blocks too (quant_head)
-quantised = dict(quant=1000, quant_type=kind, quant_head=head == "head") if kind in ("int8", "nf4") \
-    else dict(precision=kept)
+# int8+head, nf4+head: the head as Int8 blocks too (quant_head); +rounded: exact = false
+kind, *options = kept.split("+")
+quantised = dict(quant=1000, quant_type=kind, quant_head="head" in options) if kind in ("int8", "nf4") \
+    else dict(precision=kind)
+quantised["exact"] = "rounded" not in options
 """
 
 OURS = LOAD + """

@@ -74,6 +74,7 @@ def reload_spec(req: ReloadRequest, serving: Serving) -> ModelSpec:
         quant=quant,
         quant_type=quant_type,
         quant_head=model.quant_head if req.quant_head is None else req.quant_head,
+        exact=model.exact,
         max_batch=req.max_batch or config.model.max_batch,
         max_tokens_limit=config.model.max_tokens_limit,
         token_chunk_size=req.token_chunk_size or config.model.token_chunk_size,

@@ -9,10 +9,12 @@ from .dense import DENSE
 from .weight_form import WeightForm
 from .int8 import INT8
 from .nf4 import NF4
+from .vnni import ROUNDED_INT8
 
 # The packed forms first: a matrix takes the first form that packs it, and the dense form
-# takes every array and dequantises what no packed form takes.
-FORMS: tuple[WeightForm, ...] = (INT8, NF4, DENSE)
+# takes every array and dequantises what no packed form takes. ROUNDED_INT8 packs nothing:
+# a model turns its Int8 matrices into it (vnni.rounded).
+FORMS: tuple[WeightForm, ...] = (INT8, NF4, ROUNDED_INT8, DENSE)
 _BY_KIND = {form.kind: form for form in FORMS}
 
 

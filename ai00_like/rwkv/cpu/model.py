@@ -18,6 +18,7 @@ from ..info import ModelInfo
 from ..norms import layer_norm
 from ..state import State, StatePool
 from ..weights import as_float32, embedding_rows, file_precision, stored
+from . import vnni
 from .arena import Arena
 from .blocks import Block, Context
 from .fused7 import DecodeLayers
@@ -35,7 +36,7 @@ class CpuModel:
 
     def __init__(self, tensors: Mapping[str, np.ndarray], info: ModelInfo, max_batch: int = 1,
                  initial_state: State | None = None, progress: Callable[[int, int], None] | None = None,
-                 precision: str = "auto", source: str = "the model", warm_up: str = "now"):
+                 precision: str = "auto", source: str = "the model", warm_up: str = "now", exact: bool = True):
         """`tensors` in the official layout. The projections and the head are kept in
         `precision` ("auto": as the file stores them, used in place; fp32, fp16 or bf16:
         converted here, layer by layer), everything else as fp32; the products widen 16-bit
@@ -43,7 +44,9 @@ class CpuModel:
         layers are prepared. `warm_up`: "now" compiles the kernels (or loads them from numba's
         cache) before returning; "background" returns at once and steps on numpy and BLAS
         until a background thread has compiled them (`kernels_ready`), dense weights only
-        (the packed forms have no numpy product: they warm up now)."""
+        (the packed forms have no numpy product: they warm up now). Int8 matrices multiply
+        activations rounded to 16-bit integers where the CPU has AVX-512 VNNI (vnni.py) and
+        `exact` is False; by default every product keeps fp32 activations."""
         prepare()
         self.info = info
         self.precision = precision = kept_precision(tensors, precision)
@@ -62,11 +65,14 @@ class CpuModel:
             self.blocks.append(Block(tensors, info, i, precision, arena))
             if progress:
                 progress(i + 1, info.n_layer + 1)
+        self.ln_out = (vec("ln_out.weight"), vec("ln_out.bias"))
+        self.head = kernel_form(stored(tensors["head.weight"], precision, "head.weight", source, arena))
+        self.rounds_activations = not exact and vnni.available() and _round_int8_products(self)
+        if self.rounds_activations and _projections_all(self.blocks, vnni.RoundedInt8):
+            self.compiled_rows = 1 << 30  # every product in the compiled kernels, numba on the cores
         # A decoding step (each row the next token of its own slot) runs each v7 layer as one
         # compiled call.
         self.fused = DecodeLayers.of(self.blocks)
-        self.ln_out = (vec("ln_out.weight"), vec("ln_out.bias"))
-        self.head = kernel_form(stored(tensors["head.weight"], precision, "head.weight", source, arena))
         if progress:
             progress(info.n_layer + 1, info.n_layer + 1)
         self.pool = StatePool(info, max_batch, initial_state)
@@ -235,6 +241,24 @@ FUSED_RUN = 17
 def _decoding(plan: BatchPlan) -> bool:
     """Whether a step's segments are all a decoding step's (a token, or a token and its draft)."""
     return len(plan.single_slots) == len(plan.slots) or int((plan.stops - plan.starts).max()) <= FUSED_RUN
+
+
+def _round_int8_products(model: CpuModel) -> bool:
+    """Turn the model's Int8 matrices (projections and head) into vnni.RoundedInt8; whether
+    there were any."""
+    for block in model.blocks:
+        for mix in (block.time_mix, block.channel_mix):
+            mix.W = {name: vnni.rounded(matrix) for name, matrix in mix.W.items()}
+    model.head = vnni.rounded(model.head)
+    return any(isinstance(m, vnni.RoundedInt8) for m in [*_projections(model.blocks), model.head])
+
+
+def _projections(blocks) -> list:
+    return [m for b in blocks for mix in (b.time_mix, b.channel_mix) for m in mix.W.values()]
+
+
+def _projections_all(blocks, kind: type) -> bool:
+    return all(isinstance(m, kind) for m in _projections(blocks))
 
 
 def _packed(tensors: Mapping[str, np.ndarray]) -> bool:

@@ -47,7 +47,7 @@ def linear(x: np.ndarray, weight) -> np.ndarray:
     if form is DENSE and weight.dtype == np.float32:
         return _fp32_linear(x, weight)
     rows = x.shape[0]
-    if rows > SKINNY_ROWS and not getattr(_cores, "numba", False):
+    if rows > SKINNY_ROWS and not getattr(_cores, "numba", False) and form.widen is not None:
         return _tiled_linear(x, weight.shape, functools.partial(form.widen, weight), TILE_ROWS, _blas_product)
     if rows < form.direct_rows or form.widen_row is None:  # the latter: a form batched.py does not read
         return form.direct(x, weight)

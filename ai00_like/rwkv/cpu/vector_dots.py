@@ -51,19 +51,24 @@ class Kernels(NamedTuple):
     block_rows: int  # weight rows of a block: 4 with AVX-512, 3 with AVX2
 
 
-def vector_width() -> int:
-    """Codes looked up per permute on the CPU numba compiles for: 16 (AVX-512), 8 (AVX2
-    with FMA) or 0. That is this machine's, unless NUMBA_CPU_FEATURES names others (numba
-    then compiles for those, e.g. a release built for older CPUs, or the AVX2 test)."""
+def cpu_features() -> dict:
+    """The features of the CPU numba compiles for: this machine's, unless
+    NUMBA_CPU_FEATURES names others (numba then compiles for those, e.g. a release built
+    for older CPUs, or the AVX2 test); empty without numba."""
     try:
         from llvmlite import binding
         from numba.core import config
     except ImportError:
-        return 0
+        return {}
     if config.CPU_FEATURES:
-        features = {f[1:]: f[0] == "+" for f in config.CPU_FEATURES.split(",") if f[:1] in "+-" and f[1:]}
-    else:
-        features = binding.get_host_cpu_features()
+        return {f[1:]: f[0] == "+" for f in config.CPU_FEATURES.split(",") if f[:1] in "+-" and f[1:]}
+    return dict(binding.get_host_cpu_features())
+
+
+def vector_width() -> int:
+    """Codes looked up per permute on the CPU numba compiles for: 16 (AVX-512), 8 (AVX2
+    with FMA) or 0."""
+    features = cpu_features()
     if features.get("avx512f"):
         return 16
     if features.get("avx2") and features.get("fma"):

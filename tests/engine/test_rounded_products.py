@@ -1,0 +1,186 @@
+"""Int8 products on activations rounded to 16-bit integers (cpu/vnni.py, `[model] exact = false`).
+
+The kernels need AVX-512 VNNI: where the host lacks it, the tests that run them skip, the
+kernels are still compiled for such a CPU, and a model asked for them keeps fp32 products.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ai00_like.rwkv.cpu import int8, vector_dots, vnni
+from ai00_like.rwkv.cpu.model import CpuModel
+from ai00_like.rwkv.info import detect
+from ai00_like.rwkv.quant import QuantisedMatrix, quantise_tensors
+from ai00_like.rwkv.synthetic import make_checkpoint
+
+needs_vnni = pytest.mark.skipif(not vnni.available(), reason="the host has no AVX-512 VNNI")
+
+
+def int8_matrix(rows: int, cols: int, seed: int = 0) -> int8.PackedInt8:
+    weights = np.random.default_rng(seed).standard_normal((rows, cols)).astype(np.float32) * 0.05
+    return int8.PackedInt8.of(QuantisedMatrix.of("int8", weights))
+
+
+def rounded_reference(x: np.ndarray, w: int8.PackedInt8) -> np.ndarray:
+    """x̂ · Wᵀ in float64, x̂ as round_rows rounds x: what the kernels must compute."""
+    rows, cols = x.shape
+    blocks = cols // vnni.INT8_BLOCK
+    xq = np.empty((blocks, rows, vnni.INT8_BLOCK), np.int16)
+    x_scale = np.empty((rows, blocks), np.float32)
+    vnni.round_rows(x, xq, x_scale, np.empty_like(x_scale))
+    x_hat = (xq.astype(np.float64) * x_scale.T[:, :, None]).transpose(1, 0, 2).reshape(rows, cols)
+    return x_hat @ dequantised(w).T
+
+
+def dequantised(w: int8.PackedInt8) -> np.ndarray:
+    """w = low + step · q in float64, each block's (low, step) as the kernels widen them."""
+    bounds = w.bounds.view(np.float16).astype(np.float32)
+    low, step = bounds[:, 0::2], (bounds[:, 1::2] - bounds[:, 0::2]) / np.float32(255)
+    q = w.q.reshape(w.shape[0], -1, vnni.INT8_BLOCK).astype(np.float64)
+    return (low[:, :, None] + step[:, :, None].astype(np.float64) * q).reshape(w.shape)
+
+
+@needs_vnni
+@pytest.mark.parametrize("rows", [1, 3, 4, 15, 16, 37, 61, 130])
+def test_the_product_is_exact_for_the_rounded_activations(rows):
+    """Both kernels (rows of x below and from PANEL_ROWS), a panel not filled (202 = 4 × 48
+    + 10), weight rows past the last four, and row counts that leave every register block's
+    tail."""
+    w = vnni.rounded(int8_matrix(202, 384))
+    x = np.random.default_rng(rows).standard_normal((rows, 384)).astype(np.float32)
+    got = vnni.rounded_int8_matmul(x, w)
+    want = rounded_reference(x, w)
+    assert np.abs(got - want).max() < 1e-5 * np.abs(want).max()
+    exact = int8.int8_matmul(x, w)  # fp32 activations: 16-bit rounding is far below the weights' own
+    assert np.abs(got - exact).max() < 2e-4 * np.abs(exact).max()
+
+
+@needs_vnni
+def test_a_row_gets_the_same_bits_whatever_shares_its_call():
+    """Rounded per row, each block's sum exact, the fold the same in every kernel: a row's
+    result does not depend on the batch or the prompt's chunks around it."""
+    w = vnni.rounded(int8_matrix(101, 256, seed=1))
+    rows = vnni.PANEL_ROWS + 13  # the panel kernel for all of them, the row kernel for parts
+    x = np.random.default_rng(2).standard_normal((rows, 256)).astype(np.float32)
+    whole = vnni.rounded_int8_matmul(x, w)
+    for size in (1, 2, 3, 5, 8, 16, 17, rows - 1):
+        parts = [vnni.rounded_int8_matmul(x[i : i + size], w) for i in range(0, rows, size)]
+        np.testing.assert_array_equal(np.concatenate(parts), whole, err_msg=f"in calls of {size} rows")
+
+
+@needs_vnni
+def test_rounding_keeps_each_blocks_largest_value_and_zero_blocks():
+    x = np.random.default_rng(3).standard_normal((2, 256)).astype(np.float32)
+    x[1, 128:] = 0.0
+    xq = np.empty((2, 2, 128), np.int16)
+    x_scale, x_sum = np.empty((2, 2), np.float32), np.empty((2, 2), np.float32)
+    vnni.round_rows(x, xq, x_scale, x_sum)
+    assert np.abs(xq).max() == 32767 and x_scale[1, 1] == 0 and not xq[1, 1].any() and x_sum[1, 1] == 0
+    x_hat = xq.astype(np.float64) * x_scale.T[:, :, None]
+    assert np.abs(x_hat.transpose(1, 0, 2).reshape(2, 256) - x).max() <= x_scale.max() / 2
+    np.testing.assert_allclose(x_sum, x_hat.sum(axis=2).T, rtol=1e-6)
+
+
+def quantised_v7(seed: int = 5):
+    tensors = make_checkpoint("7", n_layer=2, n_embd=256, head_size=64, vocab=500, seed=seed)
+    info = detect({name: a.shape for name, a in tensors.items()})
+    return quantise_tensors(tensors, info.n_layer, "int8", head=True), info
+
+
+@needs_vnni
+def test_a_model_rounds_its_int8_products_only_when_not_exact():
+    tensors, info = quantised_v7()
+    exact, rounded = CpuModel(tensors, info), CpuModel(tensors, info, exact=False)
+    assert not exact.rounds_activations and rounded.rounds_activations
+    assert isinstance(rounded.head, vnni.RoundedInt8) and not isinstance(exact.head, vnni.RoundedInt8)
+    prompt = np.random.default_rng(0).integers(1, info.vocab, 200).tolist()
+    want, _ = exact.forward(prompt, full_output=True)
+    got, _ = rounded.forward(prompt, full_output=True)
+    error = np.abs(got - want).max(axis=1) / want.std(axis=1)
+    assert np.median(error) < 2e-3 and np.mean(got.argmax(axis=1) == want.argmax(axis=1)) >= 0.99
+    # Decoding (the fused layers' products) rounds as the prompt's chunk does; the two
+    # differ only by the WKV's order of sums (1e-5 exact), which can move a rounded value.
+    logits, state = rounded.forward(prompt[:-1])
+    stepped, _ = rounded.forward(prompt[-1:], state)
+    assert np.abs(stepped - got[-1]).max() < 1e-3 * got[-1].std()
+
+
+def test_without_vnni_a_model_keeps_fp32_products(tmp_path):
+    """NUMBA_CPU_FEATURES without VNNI (an older CPU, or a release built for one): the
+    rounded form is not offered, and a model asked for it keeps the exact products."""
+    from llvmlite import binding
+
+    features = binding.get_host_cpu_features()
+    features["avx512vnni"] = False
+    script = tmp_path / "no_vnni.py"
+    script.write_text(
+        "import numpy as np\n"
+        "from ai00_like.rwkv.cpu import vnni\n"
+        "from ai00_like.rwkv.cpu.model import CpuModel\n"
+        "from ai00_like.rwkv.info import detect\n"
+        "from ai00_like.rwkv.quant import quantise_tensors\n"
+        "from ai00_like.rwkv.synthetic import make_checkpoint\n"
+        "assert not vnni.available()\n"
+        "t = make_checkpoint('7', n_layer=1, n_embd=128, head_size=64, vocab=300, seed=1)\n"
+        "info = detect({k: a.shape for k, a in t.items()})\n"
+        "model = CpuModel(quantise_tensors(t, 1, 'int8', head=True), info, exact=False)\n"
+        "assert not model.rounds_activations\n"
+        "assert np.isfinite(model.forward([1, 2, 3])[0]).all()\n"
+        "print('exact')\n")
+    env = {**os.environ, "NUMBA_CPU_NAME": binding.get_host_cpu_name(), "NUMBA_CPU_FEATURES": features.flatten(),
+           "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
+    assert ran.returncode == 0 and "exact" in ran.stdout, ran.stderr[-2000:]
+
+
+def test_the_vnni_kernels_compile_where_the_host_cannot_run_them(tmp_path):
+    """On a host without VNNI the kernels are at least compiled for a CPU that has it (not
+    run: the host would fault), so a change cannot leave them unbuildable unnoticed."""
+    if vnni.available():
+        pytest.skip("the host has AVX-512 VNNI: the other tests run these kernels")
+    script = tmp_path / "vnni.py"
+    script.write_text(
+        "import numpy as np\n"
+        "from numba import typeof\n"
+        "from ai00_like.rwkv.cpu import int8, vnni\n"
+        "assert vnni.available()\n"
+        "w = vnni.RoundedInt8(np.zeros((8, 256), np.uint8), np.zeros((8, 4), np.uint16))\n"
+        "x, out = np.zeros((3, 256), np.float32), np.zeros((3, 8), np.float32)\n"
+        "vnni._entry.compile(tuple(typeof(v) for v in (w, x, out)))\n"
+        "print('compiled')\n")
+    features = "+avx512f,+avx512bw,+avx512vl,+avx512dq,+avx512cd,+avx512vnni,+avx2,+fma,+f16c,+bmi2,+popcnt"
+    env = {**os.environ, "NUMBA_CPU_NAME": "cascadelake", "NUMBA_CPU_FEATURES": features,
+           "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
+    assert ran.returncode == 0 and "compiled" in ran.stdout, ran.stderr[-2000:]
+
+
+def test_the_cpu_features_follow_numbas_setting(monkeypatch):
+    from numba.core import config
+
+    monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+fma,-avx512f,-avx512vnni")
+    assert vector_dots.cpu_features() == {"avx2": True, "fma": True, "avx512f": False, "avx512vnni": False}
+    assert vector_dots.vector_width() == 8
+
+
+@needs_vnni
+def test_the_demo_models_greedy_replies_do_not_change():
+    """The issue's third bar: the trained demo model, Int8, answers the test prompts with
+    the same tokens whether its products round the activations or not."""
+    from ai00_like.rwkv import load_model
+    from ai00_like.rwkv.accuracy import greedy
+    from ai00_like.rwkv.tokenizer import load_tokenizer
+    from test_demo_model import CHAT_QUESTIONS, HELD_OUT_PROMPTS, MODEL, VOCAB, chat_prompt
+
+    tokenizer = load_tokenizer(VOCAB)
+    exact, rounded = (load_model(MODEL, device="cpu", quant=99, quant_type="int8", exact=e) for e in (True, False))
+    assert rounded.rounds_activations and not exact.rounds_activations
+    for text in [*HELD_OUT_PROMPTS, *(chat_prompt(q) for q in CHAT_QUESTIONS)]:
+        prompt = tokenizer.encode(text)
+        assert greedy(rounded, prompt, 48)[1] == greedy(exact, prompt, 48)[1], text
