@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from ai00_like.rwkv.cpu import int8, vector_dots, vnni
+from ai00_like.rwkv.cpu.forms import rounded
 from ai00_like.rwkv.cpu.model import CpuModel
 from ai00_like.rwkv.info import detect
 from ai00_like.rwkv.quant import QuantisedMatrix, quantise_tensors
@@ -52,7 +53,7 @@ def test_the_product_is_exact_for_the_rounded_activations(rows):
     """Both kernels (rows of x below and from PANEL_ROWS), a panel not filled (202 = 4 × 48
     + 10), weight rows past the last four, and row counts that leave every register block's
     tail."""
-    w = vnni.rounded(int8_matrix(202, 384))
+    w = rounded(int8_matrix(202, 384))
     x = np.random.default_rng(rows).standard_normal((rows, 384)).astype(np.float32)
     got = vnni.rounded_int8_matmul(x, w)
     want = rounded_reference(x, w)
@@ -65,7 +66,7 @@ def test_the_product_is_exact_for_the_rounded_activations(rows):
 def test_a_row_gets_the_same_bits_whatever_shares_its_call():
     """Rounded per row, each block's sum exact, the fold the same in every kernel: a row's
     result does not depend on the batch or the prompt's chunks around it."""
-    w = vnni.rounded(int8_matrix(101, 256, seed=1))
+    w = rounded(int8_matrix(101, 256, seed=1))
     rows = vnni.PANEL_ROWS + 13  # the panel kernel for all of them, the row kernel for parts
     x = np.random.default_rng(2).standard_normal((rows, 256)).astype(np.float32)
     whole = vnni.rounded_int8_matmul(x, w)

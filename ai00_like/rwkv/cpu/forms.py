@@ -9,7 +9,7 @@ from .dense import DENSE
 from .weight_form import WeightForm
 from .int8 import INT8
 from .nf4 import NF4
-from .vnni import ROUNDED_INT8
+from .vnni import ROUNDED_INT8, RoundedInt8
 
 # The packed forms first: a matrix takes the first form that packs it, and the dense form
 # takes every array and dequantises what no packed form takes. ROUNDED_INT8 packs nothing:
@@ -25,6 +25,11 @@ def kernel_form(matrix):
         if packed is not None:
             return packed
     raise TypeError(f"no weight form takes a {type(matrix).__name__}")
+
+
+def rounded(matrix):
+    """An Int8 matrix as a vnni.RoundedInt8 (the same arrays); any other as it is."""
+    return RoundedInt8(*matrix) if form_of(matrix) is INT8 else matrix
 
 
 def form_of(weight) -> WeightForm:

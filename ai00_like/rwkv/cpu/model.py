@@ -21,6 +21,7 @@ from ..weights import as_float32, embedding_rows, file_precision, stored
 from . import vnni
 from .arena import Arena
 from .blocks import Block, Context
+from .forms import rounded
 from .fused7 import DecodeLayers
 from .jit import compiling_ahead, in_passing_thread, kernels_on, numpy_only, release_compiler_pages, warmed_marker
 from .ops import COMPILED_ROWS, SKINNY_ROWS, kernel_set, keeps_16bit, kernel_form, linear, pinned_blas_note, threads_for
@@ -248,8 +249,8 @@ def _round_int8_products(model: CpuModel) -> bool:
     there were any."""
     for block in model.blocks:
         for mix in (block.time_mix, block.channel_mix):
-            mix.W = {name: vnni.rounded(matrix) for name, matrix in mix.W.items()}
-    model.head = vnni.rounded(model.head)
+            mix.W = {name: rounded(matrix) for name, matrix in mix.W.items()}
+    model.head = rounded(model.head)
     return any(isinstance(m, vnni.RoundedInt8) for m in [*_projections(model.blocks), model.head])
 
 

@@ -27,15 +27,18 @@ is not `exact` (CpuModel): its matrices are then `RoundedInt8`, a weight form of
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
+
 import numpy as np
 
-from . import int8, intrinsics, vector_dots
+from ..quant import BLOCK
+from . import intrinsics, vector_dots
 from .jit import launch
 from .weight_form import WeightForm
 
 X_LIMIT = np.float32(32767.0)  # the largest rounded activation
 TO_SCALE = np.float32(1.0 / 32767.0)
-INT8_BLOCK = int8.INT8_BLOCK
+INT8_BLOCK = BLOCK["int8"]
 # From this many rows of x the panel kernel; below, the row kernel. Two Zen 5 cores, µs,
 # row / panel kernel: 768 × 768 at 16 rows 88 / 104, at 24 146 / 117; 3,072 × 768 673 /
 # 616, 997 / 707; 2,048 × 2,048 789 / 836, 1,316 / 870.
@@ -45,13 +48,20 @@ PANEL_ROWS = 48
 GROUP_ROWS = 128
 
 
-class RoundedInt8(int8.PackedInt8):
-    """An Int8 matrix (the same arrays) whose products round the activations (this module)."""
+class RoundedInt8(NamedTuple):
+    """An Int8 matrix whose products round the activations: int8.PackedInt8's arrays (q [N,
+    K] bytes, bounds [N, 2·K/128] fp16 bit patterns), as forms.rounded makes it."""
 
+    q: np.ndarray
+    bounds: np.ndarray
 
-def rounded(matrix):
-    """`matrix` as a RoundedInt8 where it is an Int8 matrix the kernels read, else itself."""
-    return RoundedInt8(*matrix) if type(matrix) is int8.PackedInt8 else matrix
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.q.shape
+
+    @property
+    def nbytes(self) -> int:
+        return self.q.nbytes + self.bounds.nbytes
 
 
 # Module-level kernels, compiled below where numba and VNNI are (skinny.py says why not nested).
