@@ -43,6 +43,12 @@ INT8_BLOCK = BLOCK["int8"]
 # row / panel kernel: 768 × 768 at 16 rows 88 / 104, at 24 146 / 117; 3,072 × 768 673 /
 # 616, 997 / 707; 2,048 × 2,048 789 / 836, 1,316 / 870.
 PANEL_ROWS = 48
+# Up to this many rows of x the row kernel takes the weight rows one at a time, each
+# thread's share one stream from memory; from the next, four weight rows together, their
+# lane sums reduced at once. 0.1B Int8 + head, exact / rounded step time in one process:
+# batch 1 0.83 four together, 1.03-1.05 one at a time; batch 2 0.89 / 1.19; batch 8 1.26
+# four together, 0.95 one at a time; batch 16 1.20 / 0.90.
+ONE_ROW_AT_A_TIME = 4
 # Rows of x the panel kernel takes through all the weight blocks before the next rows: their
 # totals (24 KiB) stay in L1 and their x in L2.
 GROUP_ROWS = 128
@@ -139,6 +145,10 @@ def panel_product(Q, bounds, xq, x_scale, x_sum, out):  # pragma: no cover - com
 
 def row_product(Q, bounds, xq, x_scale, x_sum, out):  # pragma: no cover - compiled by numba
     N = Q.shape[0]
+    if xq.shape[1] <= ONE_ROW_AT_A_TIME:
+        for i in prange(N):
+            one_row(Q, bounds, xq, x_scale, x_sum, i, out)
+        return
     for quad in prange((N + 3) // 4):
         first = quad * 4
         if first + 4 <= N:

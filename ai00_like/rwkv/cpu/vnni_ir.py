@@ -10,8 +10,9 @@ weight vectors keeps its integer sums in registers
 
 For a few rows of x, packing a panel would cost more than the product: the row kernel's
 lanes run along the inputs instead (32 bytes of a weight row widened to 16-bit, against
-32 inputs of x), and each block's 16 lane sums are added up at its end, four weight rows'
-at once (`lane_sums`), and folded in a vector of four.
+32 inputs of x), and each block's 16 lane sums are added up at its end: for 5 rows of x
+or more four weight rows' at once (`lane_sums`), folded in a vector of four; for fewer one
+weight row at a time (vnni.ONE_ROW_AT_A_TIME).
 
 Each weight block's integer sum is exact, so a row's result does not depend on the order
 of the pairs, nor on which kernel or which other rows shared the call. At the block's end
