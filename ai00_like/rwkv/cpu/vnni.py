@@ -16,8 +16,9 @@ block's exact sums into the row's total with the same operations in the same ord
 step, the chunk its prompt was cut into, or the kernel that ran it.
 
 Many rows of x (PANEL_ROWS or more) go through the panel kernel: each task packs 48 weight
-rows into 16-bit pairs and multiplies them with every row of x, a weight block at a time, 8 rows a register block.
-Fewer go through the row kernel, which reads the weights where they are stored.
+rows into 16-bit pairs and multiplies them with every row of x, a weight block at a time,
+8 rows a register block. Fewer go through the row kernel, which reads the weights where
+they are stored.
 
 A model multiplies its Int8 matrices this way when the CPU has AVX-512 VNNI and the model
 is not `exact` (CpuModel): its matrices are then `RoundedInt8`, a weight form of its own
@@ -36,12 +37,11 @@ from . import intrinsics, vector_dots
 from .jit import launch
 from .weight_form import WeightForm
 
-X_LIMIT = np.float32(32767.0)  # the largest rounded activation
-TO_SCALE = np.float32(1.0 / 32767.0)
+TO_SCALE = np.float32(1.0 / 32767.0)  # 32,767: the largest rounded activation
 INT8_BLOCK = BLOCK["int8"]
 # From this many rows of x the panel kernel; below, the row kernel. Two Zen 5 cores, µs,
-# row / panel kernel: 768 × 768 at 16 rows 88 / 104, at 24 146 / 117; 3,072 × 768 673 /
-# 616, 997 / 707; 2,048 × 2,048 789 / 836, 1,316 / 870.
+# row / panel kernel at 24 and 64 rows: 768 × 768 97 / 127, 236 / 193; 3,072 × 768 338 /
+# 494, 997 / 837; 2,048 × 2,048 643 / 866, 1,694 / 1,477.
 PANEL_ROWS = 48
 # Up to this many rows of x the row kernel takes the weight rows one at a time, each
 # thread's share one stream from memory; from the next, four weight rows together, their
