@@ -48,17 +48,19 @@ def dequantised(w: int8.PackedInt8) -> np.ndarray:
 
 
 @needs_vnni
-@pytest.mark.parametrize("rows", [1, 3, 4, 15, 16, 37, 61, 130])
+@pytest.mark.parametrize("rows", [1, 3, 4, 15, 16, 37, 61, 130, 300])
 def test_the_product_is_exact_for_the_rounded_activations(rows):
-    """Both kernels (rows of x below and from PANEL_ROWS), a panel not filled (202 = 4 × 48
-    + 10), weight rows past the last four, and row counts that leave every register block's
-    tail."""
-    w = rounded(int8_matrix(202, 384))
+    """Rows rounded in the calling thread and on the cores (from PARALLEL_ROUNDING_ROWS), a
+    panel not filled (202 = 4 × 48 + 10), more rows of x than a group (GROUP_ROWS), and
+    row counts that leave every register block's tail."""
+    packed = int8_matrix(202, 384)
+    w = rounded(packed)
+    assert w.shape == packed.shape and w.q.shape == (5, 192, 2 * vnni.PANEL)
     x = np.random.default_rng(rows).standard_normal((rows, 384)).astype(np.float32)
     got = vnni.rounded_int8_matmul(x, w)
-    want = rounded_reference(x, w)
+    want = rounded_reference(x, packed)
     assert np.abs(got - want).max() < 1e-5 * np.abs(want).max()
-    exact = int8.int8_matmul(x, w)  # fp32 activations: 16-bit rounding is far below the weights' own
+    exact = int8.int8_matmul(x, packed)  # fp32 activations: 16-bit rounding is far below the weights' own
     assert np.abs(got - exact).max() < 2e-4 * np.abs(exact).max()
 
 
@@ -67,7 +69,7 @@ def test_a_row_gets_the_same_bits_whatever_shares_its_call():
     """Rounded per row, each block's sum exact, the fold the same in every kernel: a row's
     result does not depend on the batch or the prompt's chunks around it."""
     w = rounded(int8_matrix(101, 256, seed=1))
-    rows = vnni.PANEL_ROWS + 13  # the panel kernel for all of them, the row kernel for parts
+    rows = vnni.PARALLEL_ROUNDING_ROWS + 13  # rounded on the cores, then in parts in this thread
     x = np.random.default_rng(2).standard_normal((rows, 256)).astype(np.float32)
     whole = vnni.rounded_int8_matmul(x, w)
     for size in (1, 2, 3, 5, 8, 16, 17, rows - 1):
@@ -151,7 +153,7 @@ def test_the_vnni_kernels_compile_where_the_host_cannot_run_them(tmp_path):
         "from numba import typeof\n"
         "from ai00_like.rwkv.cpu import int8, vnni\n"
         "assert vnni.available()\n"
-        "w = vnni.RoundedInt8(np.zeros((8, 256), np.uint8), np.zeros((8, 4), np.uint16))\n"
+        "w = vnni.RoundedInt8.of(int8.PackedInt8(np.zeros((8, 256), np.uint8), np.zeros((8, 4), np.uint16)))\n"
         "x, out = np.zeros((3, 256), np.float32), np.zeros((3, 8), np.float32)\n"
         "vnni._entry.compile(tuple(typeof(v) for v in (w, x, out)))\n"
         "print('compiled')\n")

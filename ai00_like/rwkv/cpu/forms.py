@@ -28,8 +28,8 @@ def kernel_form(matrix):
 
 
 def rounded(matrix):
-    """An Int8 matrix as a vnni.RoundedInt8 (the same arrays); any other as it is."""
-    return RoundedInt8(*matrix) if form_of(matrix) is INT8 else matrix
+    """An Int8 matrix as a vnni.RoundedInt8 (its bytes in panels); any other as it is."""
+    return RoundedInt8.of(matrix) if form_of(matrix) is INT8 else matrix
 
 
 def form_of(weight) -> WeightForm:

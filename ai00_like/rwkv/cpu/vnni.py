@@ -15,10 +15,10 @@ block's exact sums into the row's total with the same operations in the same ord
 (vnni_ir.py), so a row's result is the same to the bit whatever the other rows of its
 step, the chunk its prompt was cut into, or the kernel that ran it.
 
-Many rows of x (PANEL_ROWS or more) go through the panel kernel: each task packs 48 weight
-rows into 16-bit pairs and multiplies them with every row of x, a weight block at a time,
-8 rows a register block. Fewer go through the row kernel, which reads the weights where
-they are stored.
+The weights are kept for these kernels (RoundedInt8): 48 rows a panel, a pair of inputs of
+every row of a panel side by side, so that a load of 32 bytes is a pair of 16 rows, as
+`vpdpwssd` takes them; one kernel multiplies them with any number of rows of x, 8 at a
+time, a weight block at a time (vnni_ir.py).
 
 A model multiplies its Int8 matrices this way when the CPU has AVX-512 VNNI and the model
 is not `exact` (CpuModel): its matrices are then `RoundedInt8`, a weight form of its own
@@ -34,46 +34,65 @@ import numpy as np
 
 from ..quant import BLOCK
 from . import intrinsics, vector_dots
-from .jit import launch
+from .jit import launch, read_only
 from .weight_form import WeightForm
 
 TO_SCALE = np.float32(1.0 / 32767.0)  # 32,767: the largest rounded activation
 INT8_BLOCK = BLOCK["int8"]
-# From this many rows of x the panel kernel; below, the row kernel. Two Zen 5 cores, µs,
-# row / panel kernel at 24 and 64 rows: 768 × 768 97 / 127, 236 / 193; 3,072 × 768 338 /
-# 494, 997 / 837; 2,048 × 2,048 643 / 866, 1,694 / 1,477.
-PANEL_ROWS = 48
-# Up to this many rows of x the row kernel takes the weight rows one at a time, each
-# thread's share one stream from memory; from the next, four weight rows together, their
-# lane sums reduced at once. 0.1B Int8 + head, exact / rounded step time in one process:
-# batch 1 0.83 four together, 1.03-1.05 one at a time; batch 2 0.89 / 1.19; batch 8 1.26
-# four together, 0.95 one at a time; batch 16 1.20 / 0.90.
-ONE_ROW_AT_A_TIME = 4
-# Rows of x the panel kernel takes through all the weight blocks before the next rows: their
+PANEL = 48  # weight rows a panel: vnni_ir's 3 vectors of 16
+# From this many rows of x they are rounded on the cores together; fewer, a decoding step's,
+# in the calling thread, one launch fewer.
+PARALLEL_ROUNDING_ROWS = 48
+# Rows of x the kernel takes through all the weight blocks before the next rows: their
 # totals (24 KiB) stay in L1 and their x in L2.
 GROUP_ROWS = 128
+# A launch's share-outs of the panels, each with its totals: one a panel allocated 1,366 of
+# them for a 65,536-row head at every decoding step.
+MAX_TASKS = 64
 
 
 class RoundedInt8(NamedTuple):
-    """An Int8 matrix whose products round the activations: int8.PackedInt8's arrays (q [N,
-    K] bytes, bounds [N, 2·K/128] fp16 bit patterns), as forms.rounded makes it."""
+    """An Int8 matrix of `rows` × K as the kernels read it: q [panels, K/2, 2 · PANEL]
+    bytes, pair p of each of a panel's rows side by side (rows past the last are zero);
+    each block's w = low + step · q as lows and steps [panels, K/128, PANEL] float32, the
+    numbers int8.py's kernels widen from the fp16 bounds."""
 
     q: np.ndarray
-    bounds: np.ndarray
+    lows: np.ndarray
+    steps: np.ndarray
+    rows: int
 
     @property
     def shape(self) -> tuple[int, int]:
-        return self.q.shape
+        return self.rows, 2 * self.q.shape[1]
 
     @property
     def nbytes(self) -> int:
-        return self.q.nbytes + self.bounds.nbytes
+        return self.q.nbytes + self.lows.nbytes + self.steps.nbytes
+
+    @classmethod
+    def of(cls, matrix) -> RoundedInt8:
+        """An int8.PackedInt8 (q [N, K] bytes, bounds [N, 2·K/128] fp16 bit patterns) in panels."""
+        rows, cols = matrix.q.shape
+        panels = -(-rows // PANEL)
+        q = _in_panels(matrix.q.reshape(rows, cols // 2, 2), panels).transpose(0, 2, 1, 3)
+        bounds = matrix.bounds.view(np.float16).astype(np.float32)
+        low, high = bounds[:, 0::2], bounds[:, 1::2]
+        step = (high - low) / np.float32(255.0)  # in fp32, as int8.py's kernels compute it
+        kept = [q.reshape(panels, cols // 2, 2 * PANEL), *(_in_panels(a, panels).transpose(0, 2, 1) for a in (low, step))]
+        return cls(*(read_only(np.ascontiguousarray(a)) for a in kept), rows)
+
+
+def _in_panels(a: np.ndarray, panels: int) -> np.ndarray:
+    """a [N, …] as [panels, PANEL, …], the rows past N zero."""
+    whole = np.zeros((panels * PANEL, *a.shape[1:]), a.dtype)
+    whole[: len(a)] = a
+    return whole.reshape(panels, PANEL, *a.shape[1:])
 
 
 # Module-level kernels, compiled below where numba and VNNI are (skinny.py says why not nested).
 prange = range
-round_rows_here = low_step = block8 = block4 = block2 = block1 = four_rows = one_row = None
-PANEL = 0
+round_rows_here = block8 = block4 = block2 = block1 = None
 
 
 def round_rows(x, xq, x_scale, x_sum):  # pragma: no cover - compiled by numba
@@ -99,63 +118,35 @@ def round_rows(x, xq, x_scale, x_sum):  # pragma: no cover - compiled by numba
             x_sum[m, b] = scale * np.float32(total)
 
 
-def pack_panel(Q, bounds, first, panel, steps, lows):  # pragma: no cover - compiled by numba
-    """Weight rows first … first + PANEL − 1 into the panel: pairs of bytes as int16 halves
-    of an int32 in each row's lane, each block's step and low; rows past the last stay zero."""
-    N, K = Q.shape
-    for o in range(min(PANEL, N - first)):
-        row = first + o
-        for p in range(K // 2):  # (the panel's order instead: rows 2 KiB apart thrash L1's sets)
-            panel[p, o] = np.int32(Q[row, 2 * p]) | (np.int32(Q[row, 2 * p + 1]) << 16)
-        for b in range(K // INT8_BLOCK):
-            low, step = low_step(bounds, row, b)
-            steps[b, o], lows[b, o] = step, low
-
-
-def panel_product(Q, bounds, xq, x_scale, x_sum, out):  # pragma: no cover - compiled by numba
-    N, K = Q.shape
-    M = xq.shape[1]
-    blocks = K // INT8_BLOCK
-    for task in prange((N + PANEL - 1) // PANEL):
-        first = task * PANEL
-        panel = np.zeros((K // 2, PANEL), dtype=np.int32)
-        steps = np.zeros((blocks, PANEL), dtype=np.float32)
-        lows = np.zeros((blocks, PANEL), dtype=np.float32)
-        totals = np.zeros((M, PANEL), dtype=np.float32)
-        pack_panel(Q, bounds, first, panel, steps, lows)
-        for group in range(0, M, GROUP_ROWS):
-            last = min(M, group + GROUP_ROWS)
-            for b in range(blocks):
-                j = group
-                while j + 8 <= last:
-                    block8(panel, steps, lows, xq, x_scale, x_sum, b, j, totals)
-                    j += 8
-                if j + 4 <= last:
-                    block4(panel, steps, lows, xq, x_scale, x_sum, b, j, totals)
-                    j += 4
-                if j + 2 <= last:
-                    block2(panel, steps, lows, xq, x_scale, x_sum, b, j, totals)
-                    j += 2
-                if j < last:
-                    block1(panel, steps, lows, xq, x_scale, x_sum, b, j, totals)
-        for m in range(M):
-            for o in range(min(PANEL, N - first)):
-                out[m, first + o] = totals[m, o]
-
-
-def row_product(Q, bounds, xq, x_scale, x_sum, out):  # pragma: no cover - compiled by numba
-    N = Q.shape[0]
-    if xq.shape[1] <= ONE_ROW_AT_A_TIME:
-        for i in prange(N):
-            one_row(Q, bounds, xq, x_scale, x_sum, i, out)
-        return
-    for quad in prange((N + 3) // 4):
-        first = quad * 4
-        if first + 4 <= N:
-            four_rows(Q, bounds, xq, x_scale, x_sum, first, out)
-        else:
-            for i in range(first, N):
-                one_row(Q, bounds, xq, x_scale, x_sum, i, out)
+def panel_product(q, steps, lows, xq, x_scale, x_sum, out):  # pragma: no cover - compiled by numba
+    panels = q.shape[0]
+    M, N = out.shape
+    blocks = steps.shape[1]
+    tasks = min(panels, MAX_TASKS)
+    for task in prange(tasks):
+        totals = np.empty((min(M, GROUP_ROWS), PANEL), dtype=np.float32)
+        for p in range(task * panels // tasks, (task + 1) * panels // tasks):
+            panel, panel_steps, panel_lows = q[p], steps[p], lows[p]
+            first = p * PANEL
+            for group in range(0, M, GROUP_ROWS):
+                last = min(M, group + GROUP_ROWS)
+                totals[:] = 0
+                for b in range(blocks):
+                    j = group
+                    while j + 8 <= last:
+                        block8(panel, panel_steps, panel_lows, xq, x_scale, x_sum, b, j, group, totals)
+                        j += 8
+                    if j + 4 <= last:
+                        block4(panel, panel_steps, panel_lows, xq, x_scale, x_sum, b, j, group, totals)
+                        j += 4
+                    if j + 2 <= last:
+                        block2(panel, panel_steps, panel_lows, xq, x_scale, x_sum, b, j, group, totals)
+                        j += 2
+                    if j < last:
+                        block1(panel, panel_steps, panel_lows, xq, x_scale, x_sum, b, j, group, totals)
+                for m in range(group, last):
+                    for o in range(min(PANEL, N - first)):
+                        out[m, first + o] = totals[m - group, o]
 
 
 def product(W, x, out):  # pragma: no cover - compiled by numba
@@ -164,13 +155,11 @@ def product(W, x, out):  # pragma: no cover - compiled by numba
     xq = np.empty((K // INT8_BLOCK, M, INT8_BLOCK), dtype=np.int16)
     x_scale = np.empty((M, K // INT8_BLOCK), dtype=np.float32)
     x_sum = np.empty((M, K // INT8_BLOCK), dtype=np.float32)
-    pairs = xq.view(np.int32)
-    if M >= PANEL_ROWS:
+    if M >= PARALLEL_ROUNDING_ROWS:
         round_rows(x, xq, x_scale, x_sum)
-        panel_product(W.q, W.bounds, pairs, x_scale, x_sum, out)
-    else:  # a decoding step's few rows: rounded in this thread, one launch fewer
+    else:
         round_rows_here(x, xq, x_scale, x_sum)
-        row_product(W.q, W.bounds, pairs, x_scale, x_sum, out)
+    panel_product(W.q, W.steps, W.lows, xq.view(np.int32), x_scale, x_sum, out)
 
 
 def entry(W, x, out):  # pragma: no cover - compiled by numba
@@ -200,19 +189,14 @@ def _build():
 
     from . import vnni_ir  # needs numba, configured by intrinsics.build() above
 
-    global prange, low_step, block8, block4, block2, block1, four_rows, one_row, PANEL
-    global round_rows, round_rows_here, pack_panel, panel_product, row_product, product
-    prange, PANEL = tools.prange, vnni_ir.PANEL
-    low_step = intrinsic(vnni_ir.low_step)
+    global prange, block8, block4, block2, block1, round_rows, round_rows_here, panel_product, product
+    prange = tools.prange
     block8, block4, block2, block1 = (intrinsic(vnni_ir.int16_block(n, INT8_BLOCK // 2)) for n in (8, 4, 2, 1))
-    four_rows, one_row = intrinsic(vnni_ir.int16_rows(4)), intrinsic(vnni_ir.int16_rows(1))
     # No fast-math flags: numba would put them on the kernels' IR too, and LLVM then
     # reassociates each kernel's fold its own way (the bits differed between row counts).
     exact = functools.partial(tools.jit, fastmath=False)
-    inlined = exact(parallel=False, inline="always")
-    round_rows_here = inlined(round_rows)  # the same code, rows in turn: the same bits
-    round_rows, pack_panel = exact()(round_rows), inlined(pack_panel)
-    panel_product, row_product = exact()(panel_product), exact()(row_product)
+    round_rows_here = exact(parallel=False, inline="always")(round_rows)  # the same code, rows in turn: the same bits
+    round_rows, panel_product = exact()(round_rows), exact()(panel_product)
     product = exact(parallel=False)(product)
     return exact(parallel=False)(entry)
 
