@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from ai00_like.rwkv.cpu import int8, vector_dots, vnni
-from ai00_like.rwkv.cpu.forms import rounded
 from ai00_like.rwkv.cpu.model import CpuModel
 from ai00_like.rwkv.info import detect
 from ai00_like.rwkv.quant import QuantisedMatrix, quantise_tensors
@@ -54,7 +53,7 @@ def test_the_product_is_exact_for_the_rounded_activations(rows):
     panel not filled (202 = 4 × 48 + 10), more rows of x than a group (GROUP_ROWS), and
     row counts that leave every register block's tail."""
     packed = int8_matrix(202, 384)
-    w = rounded(packed)
+    w = vnni.RoundedInt8.of(packed)
     assert w.shape == packed.shape and w.q.shape == (5, 192, 2 * vnni.PANEL)
     x = np.random.default_rng(rows).standard_normal((rows, 384)).astype(np.float32)
     got = vnni.rounded_int8_matmul(x, w)
@@ -68,7 +67,7 @@ def test_the_product_is_exact_for_the_rounded_activations(rows):
 def test_a_row_gets_the_same_bits_whatever_shares_its_call():
     """Rounded per row, each block's sum exact, the fold the same in every kernel: a row's
     result does not depend on the batch or the prompt's chunks around it."""
-    w = rounded(int8_matrix(101, 256, seed=1))
+    w = vnni.RoundedInt8.of(int8_matrix(101, 256, seed=1))
     rows = vnni.PARALLEL_ROUNDING_ROWS + 13  # rounded on the cores, then in parts in this thread
     x = np.random.default_rng(2).standard_normal((rows, 256)).astype(np.float32)
     whole = vnni.rounded_int8_matmul(x, w)
@@ -96,12 +95,34 @@ def quantised_v7(seed: int = 5):
     return quantise_tensors(tensors, info.n_layer, "int8", head=True), info
 
 
+def test_panels_keep_the_rows_numbers():
+    """RoundedInt8.of and back (what saving a rounding model writes) gives the rows' bytes
+    and bounds, for a matrix whose last panel is not full."""
+    packed = int8_matrix(101, 384, seed=4)
+    panels = vnni.RoundedInt8.of(packed)
+    assert panels.shape == (101, 384) and panels.q.shape == (3, 192, 2 * vnni.PANEL)
+    assert panels.nbytes == 3 * vnni.PANEL * (384 + 2 * 2 * 3)
+    q, bounds = panels.packed()
+    np.testing.assert_array_equal(q, packed.q)
+    np.testing.assert_array_equal(bounds, packed.bounds)
+    assert not panels.q[-1, :, 2 * 5:].any()  # rows 101 … 143 of the last panel are zero
+
+
 @needs_vnni
 def test_a_model_rounds_its_int8_products_only_when_not_exact():
+    """The rounding model holds its Int8 matrices once, in panels, in its tensors (saving
+    writes them in rows again); a model built after it from the same dict gets them in
+    rows again."""
     tensors, info = quantised_v7()
+    loaded = {name: m.packed.copy() for name, m in tensors.items() if hasattr(m, "packed")}
     exact, rounded = CpuModel(tensors, info), CpuModel(tensors, info, exact=False)
     assert not exact.rounds_activations and rounded.rounds_activations
     assert isinstance(rounded.head, vnni.RoundedInt8) and not isinstance(exact.head, vnni.RoundedInt8)
+    assert rounded.tensors["head.weight"].rounded is rounded.head
+    for name, words in loaded.items():
+        np.testing.assert_array_equal(rounded.tensors[name].packed, words, err_msg=name)
+    assert not CpuModel(tensors, info).rounds_activations
+    assert not any(isinstance(m, vnni.PanelledInt8) for m in tensors.values())
     prompt = np.random.default_rng(0).integers(1, info.vocab, 200).tolist()
     want, _ = exact.forward(prompt, full_output=True)
     got, _ = rounded.forward(prompt, full_output=True)

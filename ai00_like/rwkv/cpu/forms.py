@@ -5,16 +5,20 @@ through it; a new form is a module of its own with its WeightForm, and its line 
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
+
+from ..quant import QuantisedMatrix
 from .dense import DENSE
 from .weight_form import WeightForm
-from .int8 import INT8
+from .int8 import INT8, PackedInt8
 from .nf4 import NF4
-from .vnni import ROUNDED_INT8, RoundedInt8
+from .vnni import ROUNDED_INT8, PanelledInt8, RoundedInt8
 
 # The packed forms first: a matrix takes the first form that packs it, and the dense form
-# takes every array and dequantises what no packed form takes. ROUNDED_INT8 packs nothing:
-# a model turns its Int8 matrices into it (vnni.rounded).
-FORMS: tuple[WeightForm, ...] = (INT8, NF4, ROUNDED_INT8, DENSE)
+# takes every array and dequantises what no packed form takes. ROUNDED_INT8 takes the Int8
+# matrices that a model which rounds its activations put in panels (`keep_int8_for`), and
+# comes before INT8, which would take them too.
+FORMS: tuple[WeightForm, ...] = (ROUNDED_INT8, INT8, NF4, DENSE)
 _BY_KIND = {form.kind: form for form in FORMS}
 
 
@@ -27,9 +31,16 @@ def kernel_form(matrix):
     raise TypeError(f"no weight form takes a {type(matrix).__name__}")
 
 
-def rounded(matrix):
-    """An Int8 matrix as a vnni.RoundedInt8 (its bytes in panels); any other as it is."""
-    return RoundedInt8.of(matrix) if form_of(matrix) is INT8 else matrix
+def keep_int8_for(tensors: MutableMapping[str, object], rounding: bool) -> bool:
+    """Each Int8 matrix of `tensors`, in place, as a model multiplies it: in panels
+    (vnni.PanelledInt8) for one that rounds its activations, in rows for one that does not
+    (a dict another model rounded). Whether any is in panels."""
+    for name, matrix in tensors.items():
+        if rounding and type(matrix) is QuantisedMatrix and (rows := PackedInt8.of(matrix)) is not None:
+            tensors[name] = PanelledInt8(RoundedInt8.of(rows))
+        elif not rounding and isinstance(matrix, PanelledInt8):
+            tensors[name] = QuantisedMatrix("int8", matrix.packed, matrix.scales, matrix.shape)
+    return rounding and any(isinstance(matrix, PanelledInt8) for matrix in tensors.values())
 
 
 def form_of(weight) -> WeightForm:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from ..weights import as_float32, embedding_rows, file_precision, stored
 from . import vnni
 from .arena import Arena
 from .blocks import Block, Context
-from .forms import rounded
+from .forms import keep_int8_for
 from .fused7 import DecodeLayers
 from .jit import compiling_ahead, in_passing_thread, kernels_on, numpy_only, release_compiler_pages, warmed_marker
 from .ops import COMPILED_ROWS, SKINNY_ROWS, kernel_set, keeps_16bit, kernel_form, linear, pinned_blas_note, threads_for
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 class CpuModel:
     device = "cpu"
 
-    def __init__(self, tensors: Mapping[str, np.ndarray], info: ModelInfo, max_batch: int = 1,
+    def __init__(self, tensors: MutableMapping[str, np.ndarray], info: ModelInfo, max_batch: int = 1,
                  initial_state: State | None = None, progress: Callable[[int, int], None] | None = None,
                  precision: str = "auto", source: str = "the model", warm_up: str = "now", exact: bool = True):
         """`tensors` in the official layout. The projections and the head are kept in
@@ -47,13 +47,16 @@ class CpuModel:
         until a background thread has compiled them (`kernels_ready`), dense weights only
         (the packed forms have no numpy product: they warm up now). Int8 matrices multiply
         activations rounded to 16-bit integers where the CPU has AVX-512 VNNI (vnni.py) and
-        `exact` is False; by default every product keeps fp32 activations."""
+        `exact` is False, and are then replaced in `tensors` by the same numbers in panels
+        (vnni.PanelledInt8); by default every product keeps fp32 activations."""
         prepare()
         self.info = info
         self.precision = precision = kept_precision(tensors, precision)
         # fp32 matrices go to BLAS as they are; 16-bit and packed ones would need widening.
         self.compiled_rows = SKINNY_ROWS if precision == "fp32" and not _packed(tensors) else COMPILED_ROWS
         self.tensors = tensors  # as loaded (LoRAs merged), for saving; the layers below share them
+        # Int8 matrices in panels for the rounded products (vnni.py), in place: held once.
+        self.rounds_activations = keep_int8_for(tensors, not exact and vnni.available())
         vec = lambda name: as_float32(tensors[name]).reshape(-1)
         # ln0 is applied to the gathered rows each step rather than folded into a copy of
         # the embedding: the (possibly memory-mapped) embedding is never duplicated.
@@ -68,7 +71,6 @@ class CpuModel:
                 progress(i + 1, info.n_layer + 1)
         self.ln_out = (vec("ln_out.weight"), vec("ln_out.bias"))
         self.head = kernel_form(stored(tensors["head.weight"], precision, "head.weight", source, arena))
-        self.rounds_activations = not exact and vnni.available() and _round_int8_products(self)
         if self.rounds_activations and _projections_all(self.blocks, vnni.RoundedInt8):
             self.compiled_rows = 1 << 30  # every product in the compiled kernels, numba on the cores
         # A decoding step (each row the next token of its own slot) runs each v7 layer as one
@@ -242,16 +244,6 @@ FUSED_RUN = 17
 def _decoding(plan: BatchPlan) -> bool:
     """Whether a step's segments are all a decoding step's (a token, or a token and its draft)."""
     return len(plan.single_slots) == len(plan.slots) or int((plan.stops - plan.starts).max()) <= FUSED_RUN
-
-
-def _round_int8_products(model: CpuModel) -> bool:
-    """Turn the model's Int8 matrices (projections and head) into vnni.RoundedInt8; whether
-    there were any."""
-    for block in model.blocks:
-        for mix in (block.time_mix, block.channel_mix):
-            mix.W = {name: rounded(matrix) for name, matrix in mix.W.items()}
-    model.head = rounded(model.head)
-    return any(isinstance(m, vnni.RoundedInt8) for m in [*_projections(model.blocks), model.head])
 
 
 def _projections(blocks) -> list:

@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..quant import BLOCK
+from ..quant import BLOCK, QuantisedMatrix
 from . import intrinsics, vector_dots
 from .jit import launch, read_only
 from .weight_form import WeightForm
@@ -53,13 +53,12 @@ MAX_TASKS = 64
 
 class RoundedInt8(NamedTuple):
     """An Int8 matrix of `rows` × K as the kernels read it: q [panels, K/2, 2 · PANEL]
-    bytes, pair p of each of a panel's rows side by side (rows past the last are zero);
-    each block's w = low + step · q as lows and steps [panels, K/128, PANEL] float32, the
-    numbers int8.py's kernels widen from the fp16 bounds."""
+    bytes, pair p of each of a panel's rows side by side, and bounds [panels, K/128, 2,
+    PANEL], each block's low and high (w = low + step · q, step = (high − low) / 255) as
+    fp16 bit patterns, a panel's rows side by side. Rows past the last are zero."""
 
     q: np.ndarray
-    lows: np.ndarray
-    steps: np.ndarray
+    bounds: np.ndarray
     rows: int
 
     @property
@@ -68,19 +67,23 @@ class RoundedInt8(NamedTuple):
 
     @property
     def nbytes(self) -> int:
-        return self.q.nbytes + self.lows.nbytes + self.steps.nbytes
+        return self.q.nbytes + self.bounds.nbytes
 
     @classmethod
     def of(cls, matrix) -> RoundedInt8:
-        """An int8.PackedInt8 (q [N, K] bytes, bounds [N, 2·K/128] fp16 bit patterns) in panels."""
+        """An int8.PackedInt8 (q [N, K] bytes, bounds [N, 2·K/128]) in panels."""
         rows, cols = matrix.q.shape
         panels = -(-rows // PANEL)
         q = _in_panels(matrix.q.reshape(rows, cols // 2, 2), panels).transpose(0, 2, 1, 3)
-        bounds = matrix.bounds.view(np.float16).astype(np.float32)
-        low, high = bounds[:, 0::2], bounds[:, 1::2]
-        step = (high - low) / np.float32(255.0)  # in fp32, as int8.py's kernels compute it
-        kept = [q.reshape(panels, cols // 2, 2 * PANEL), *(_in_panels(a, panels).transpose(0, 2, 1) for a in (low, step))]
+        bounds = _in_panels(matrix.bounds.reshape(rows, -1, 2), panels).transpose(0, 2, 3, 1)
+        kept = (q.reshape(panels, cols // 2, 2 * PANEL), bounds)
         return cls(*(read_only(np.ascontiguousarray(a)) for a in kept), rows)
+
+    def packed(self) -> tuple[np.ndarray, np.ndarray]:
+        """(q [N, K], bounds [N, 2·K/128]) in rows again, as int8.PackedInt8 holds them."""
+        q = self.q.reshape(len(self.q), -1, PANEL, 2).transpose(0, 2, 1, 3).reshape(-1, self.shape[1])
+        bounds = self.bounds.transpose(0, 3, 1, 2).reshape(len(self.q) * PANEL, -1)
+        return np.ascontiguousarray(q[: self.rows]), np.ascontiguousarray(bounds[: self.rows])
 
 
 def _in_panels(a: np.ndarray, panels: int) -> np.ndarray:
@@ -88,6 +91,28 @@ def _in_panels(a: np.ndarray, panels: int) -> np.ndarray:
     whole = np.zeros((panels * PANEL, *a.shape[1:]), a.dtype)
     whole[: len(a)] = a
     return whole.reshape(panels, PANEL, *a.shape[1:])
+
+
+class PanelledInt8(QuantisedMatrix):
+    """An Int8 QuantisedMatrix whose bytes are kept in panels (a RoundedInt8), in the
+    model's tensors instead of the rows it was loaded as: the model then holds the matrix
+    once. Its packed words and scales are the rows' again, made as they are asked for
+    (saving the model, dequantising)."""
+
+    def __init__(self, rounded: RoundedInt8):  # the fields are properties here
+        self.kind, self.shape, self.rounded = "int8", rounded.shape, rounded
+
+    @property
+    def packed(self) -> np.ndarray:
+        return self.rounded.packed()[0].reshape(-1).view(np.uint32)
+
+    @property
+    def scales(self) -> np.ndarray:
+        return self.rounded.packed()[1].reshape(-1).view(np.uint32)
+
+    @property
+    def nbytes(self) -> int:
+        return self.rounded.nbytes
 
 
 # Module-level kernels, compiled below where numba and VNNI are (skinny.py says why not nested).
@@ -118,15 +143,15 @@ def round_rows(x, xq, x_scale, x_sum):  # pragma: no cover - compiled by numba
             x_sum[m, b] = scale * np.float32(total)
 
 
-def panel_product(q, steps, lows, xq, x_scale, x_sum, out):  # pragma: no cover - compiled by numba
+def panel_product(q, bounds, xq, x_scale, x_sum, out):  # pragma: no cover - compiled by numba
     panels = q.shape[0]
     M, N = out.shape
-    blocks = steps.shape[1]
+    blocks = bounds.shape[1]
     tasks = min(panels, MAX_TASKS)
     for task in prange(tasks):
         totals = np.empty((min(M, GROUP_ROWS), PANEL), dtype=np.float32)
         for p in range(task * panels // tasks, (task + 1) * panels // tasks):
-            panel, panel_steps, panel_lows = q[p], steps[p], lows[p]
+            panel, panel_bounds = q[p], bounds[p]
             first = p * PANEL
             for group in range(0, M, GROUP_ROWS):
                 last = min(M, group + GROUP_ROWS)
@@ -134,16 +159,16 @@ def panel_product(q, steps, lows, xq, x_scale, x_sum, out):  # pragma: no cover 
                 for b in range(blocks):
                     j = group
                     while j + 8 <= last:
-                        block8(panel, panel_steps, panel_lows, xq, x_scale, x_sum, b, j, group, totals)
+                        block8(panel, panel_bounds, xq, x_scale, x_sum, b, j, group, totals)
                         j += 8
                     if j + 4 <= last:
-                        block4(panel, panel_steps, panel_lows, xq, x_scale, x_sum, b, j, group, totals)
+                        block4(panel, panel_bounds, xq, x_scale, x_sum, b, j, group, totals)
                         j += 4
                     if j + 2 <= last:
-                        block2(panel, panel_steps, panel_lows, xq, x_scale, x_sum, b, j, group, totals)
+                        block2(panel, panel_bounds, xq, x_scale, x_sum, b, j, group, totals)
                         j += 2
                     if j < last:
-                        block1(panel, panel_steps, panel_lows, xq, x_scale, x_sum, b, j, group, totals)
+                        block1(panel, panel_bounds, xq, x_scale, x_sum, b, j, group, totals)
                 for m in range(group, last):
                     for o in range(min(PANEL, N - first)):
                         out[m, first + o] = totals[m - group, o]
@@ -159,7 +184,7 @@ def product(W, x, out):  # pragma: no cover - compiled by numba
         round_rows(x, xq, x_scale, x_sum)
     else:
         round_rows_here(x, xq, x_scale, x_sum)
-    panel_product(W.q, W.steps, W.lows, xq.view(np.int32), x_scale, x_sum, out)
+    panel_product(W.q, W.bounds, xq.view(np.int32), x_scale, x_sum, out)
 
 
 def entry(W, x, out):  # pragma: no cover - compiled by numba
@@ -203,5 +228,6 @@ def _build():
 
 _entry = _build()
 
-ROUNDED_INT8 = WeightForm("int8, rounded activations", RoundedInt8, lambda matrix: None, rounded_int8_matmul,
+ROUNDED_INT8 = WeightForm("int8, rounded activations", RoundedInt8,
+                          lambda matrix: matrix.rounded if isinstance(matrix, PanelledInt8) else None, rounded_int8_matmul,
                           1 << 30, None, lambda w: w, product, None)

@@ -58,15 +58,16 @@ class Int16Block:
     folded into those rows of `totals` (row m of them at totals[m − t]).
 
     panel [pairs, PAIR_BYTES] uint8 (pair p of each row's weights, rows side by side),
-    steps and lows [blocks, PANEL] float32, xq [blocks, M, block pairs] int32 (x's pairs as
-    int16), x_scale and x_sum [M, blocks] float32, totals [rows, PANEL] float32."""
+    bounds [blocks, 2, PANEL] uint16 (each block's low, then high, as fp16 bit patterns),
+    xq [blocks, M, block pairs] int32 (x's pairs as int16), x_scale and x_sum [M, blocks]
+    float32, totals [rows, PANEL] float32."""
 
     def __init__(self, context, builder, sig, args, x_rows, block_pairs):
-        panel_t, steps_t, lows_t, xq_t, scale_t, xsum_t, _, _, _, totals_t = sig.args
-        panel, steps, lows, xq, x_scale, x_sum, self.block, j, t, totals = args
+        panel_t, bounds_t, xq_t, scale_t, xsum_t, _, _, _, totals_t = sig.args
+        panel, bounds, xq, x_scale, x_sum, self.block, j, t, totals = args
         self.builder, self.x_rows, self.block_pairs = builder, x_rows, block_pairs
-        data = lambda t, v: context.make_array(t)(context, builder, v).data  # noqa: E731
-        self.panel, self.steps, self.lows = (data(t, v) for t, v in ((panel_t, panel), (steps_t, steps), (lows_t, lows)))
+        self.panel = context.make_array(panel_t)(context, builder, panel).data
+        self.bounds = context.make_array(bounds_t)(context, builder, bounds).data
         rows = [builder.add(j, index(m)) for m in range(x_rows)]
         self.xq = [block_row(context, builder, xq_t, xq, self.block, r) for r in rows]
         self.x_scale = [row_pointer(context, builder, scale_t, x_scale, r)[0] for r in rows]
@@ -103,11 +104,7 @@ class Int16Block:
 
     def fold(self):
         builder, block = self.builder, self.block
-        at = builder.mul(block, index(PANEL))
-        vector_at = lambda base, n: builder.load(  # noqa: E731
-            builder.bitcast(builder.gep(base, [builder.add(at, index(LANES * n))]), fvec(LANES).as_pointer()), align=4)
-        steps = [vector_at(self.steps, n) for n in range(PANEL_VECTORS)]
-        lows = [vector_at(self.lows, n) for n in range(PANEL_VECTORS)]
+        lows, steps = zip(*(self.low_step(n) for n in range(PANEL_VECTORS)))
         for m in range(self.x_rows):
             x_scale = broadcast(builder, builder.load(builder.gep(self.x_scale[m], [block])), LANES)
             x_sum = broadcast(builder, builder.load(builder.gep(self.x_sum[m], [block])), LANES)
@@ -119,6 +116,20 @@ class Int16Block:
                 exact = builder.sitofp(exact, fvec(LANES))
                 total = builder.call(self.fma, [exact, builder.fmul(steps[n], x_scale), builder.load(place, align=4)])
                 builder.store(builder.call(self.fma, [lows[n], x_sum, total]), place, align=4)
+
+    def low_step(self, n):
+        """Weight vector n's (low, step) of the block, w = low + step · q, computed as
+        int8.py's kernels compute them (plain IR, no fast-math: the same bits)."""
+        builder = self.builder
+        halves, lanes = ir.VectorType(ir.IntType(16), LANES), ir.VectorType(ir.HalfType(), LANES)
+
+        def widened(part):
+            at = builder.add(builder.mul(builder.add(builder.mul(self.block, index(2)), index(part)), index(PANEL)),
+                             index(LANES * n))
+            bits = builder.load(builder.bitcast(builder.gep(self.bounds, [at]), halves.as_pointer()), align=2)
+            return builder.fpext(builder.bitcast(bits, lanes), fvec(LANES))
+        low, high = widened(0), widened(1)
+        return low, builder.fdiv(builder.fsub(high, low), ir.Constant(fvec(LANES), [255.0] * LANES))
 
     def emit(self):
         builder = self.builder
@@ -134,16 +145,16 @@ class Int16Block:
 
 
 def int16_block(x_rows: int, block_pairs: int):
-    """The typing of intrinsic(panel, steps, lows, xq, x_scale, x_sum, block, j, t, totals)."""
+    """The typing of intrinsic(panel, bounds, xq, x_scale, x_sum, block, j, t, totals)."""
     def codegen(context, builder, sig, args):
         Int16Block(context, builder, sig, args, x_rows, block_pairs).emit()
         return context.get_dummy_value()
 
-    def block(typingctx, panel, steps, lows, xq, x_scale, x_sum, b, j, t, totals):
-        arrays = (panel, steps, lows, xq, x_scale, x_sum, totals)
+    def block(typingctx, panel, bounds, xq, x_scale, x_sum, b, j, t, totals):
+        arrays = (panel, bounds, xq, x_scale, x_sum, totals)
         if not c_arrays(*arrays):
             return None
-        if tuple(a.dtype for a in arrays) != (types.uint8, *[types.float32] * 2, types.int32, *[types.float32] * 3):
+        if tuple(a.dtype for a in arrays) != (types.uint8, types.uint16, types.int32, *[types.float32] * 3):
             return None
-        return types.void(panel, steps, lows, xq, x_scale, x_sum, types.int64, types.int64, types.int64, totals), codegen
+        return types.void(panel, bounds, xq, x_scale, x_sum, types.int64, types.int64, types.int64, totals), codegen
     return block
