@@ -7,12 +7,14 @@ core (Middleware and Backend, as the HTTP tier drives them).
   copies nothing; the replies must be the same tokens.
 * the mechanics at a larger shape (seeded bf16 `.pth`, default 0.1B; `--shape 1.5B`):
   drafts forced to be accepted 100%, 50% (the first half of each draft) and 0%, from
-  the plain run's own greedy tokens, with k = 4.
+  the plain run's own greedy tokens, with k = 4; `--weights` keeps them packed (as
+  bench/engine.py's --precisions: int8+head, nf4+head, +rounded for `exact = false`).
 
 Rounds alternate plain and speculative runs; medians are printed as tokens/s after the
 first token (the prompt's prefill left out) and their ratio, then saved as JSON.
 
     .venv/bin/python bench/speculative.py [--rounds 3] [--tokens 128] [--shape 0.1B] [--draft-tokens 4] [--device gpu]
+        [--weights int8+head+rounded]
 """
 
 from __future__ import annotations
@@ -81,10 +83,20 @@ class Stream:
         self.rate = (len(self.tokens) - 1) / (time.perf_counter() - first)
 
 
-def load(path: Path, tokenizer: str | None, draft_tokens: int, device: str) -> Middleware:
+def weight_options(weights: str) -> dict:
+    """ModelSpec's fields for `--weights`: "auto" (the file's precision), or int8/nf4 with
+    "+head" (the head quantised too) and "+rounded" (exact = false)."""
+    kind, *options = weights.split("+")
+    if kind == "auto":
+        return {}
+    return dict(quant=1000, quant_type=kind, quant_head="head" in options, exact="rounded" not in options)
+
+
+def load(path: Path, tokenizer: str | None, draft_tokens: int, device: str, weights: str = "auto") -> Middleware:
     mw, box = Middleware(), queue.Queue()
-    mw.send(Load(ModelSpec(path=str(path), tokenizer=tokenizer, max_batch=4, draft_tokens=draft_tokens, device=device),
-                 box.put))
+    spec = ModelSpec(path=str(path), tokenizer=tokenizer, max_batch=4, draft_tokens=draft_tokens, device=device,
+                     **weight_options(weights))
+    mw.send(Load(spec, box.put))
     if not isinstance(box.get(timeout=1200), Loaded):
         raise SystemExit(f"could not load {path}")
     model = next(iter(mw.models.values())).model
@@ -148,6 +160,7 @@ def main() -> None:
     parser.add_argument("--draft-tokens", type=int, default=4, help="the longest draft ([model] draft_tokens)")
     parser.add_argument("--device", default="auto", help="[model] device: cpu, gpu or an adapter index")
     parser.add_argument("--skip-demo", action="store_true", help="only the forced drafts at --shape")
+    parser.add_argument("--weights", default="auto", help="the forced drafts' model: auto, or e.g. int8+head+rounded")
     parser.add_argument("--no-save", action="store_true", help=record.NO_SAVE_HELP)
     args = parser.parse_args()
     results = {}
@@ -161,7 +174,7 @@ def main() -> None:
         finally:
             mw.close()
     note(f"{args.shape} shape, forced drafts")
-    mw = load(bf16_checkpoint(args.shape), None, args.draft_tokens, args.device)
+    mw = load(bf16_checkpoint(args.shape), None, args.draft_tokens, args.device, args.weights)
     try:
         results[f"forced_{args.shape}"] = forced(mw, CHAT, args.tokens, args.rounds, args.draft_tokens)
     finally:
