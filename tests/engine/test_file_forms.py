@@ -26,6 +26,7 @@ from ai00_like.rwkv import load_model
 from ai00_like.rwkv.formats.pth import write_pth
 from ai00_like.rwkv.formats.safetensors import write_safetensors
 from ai00_like.rwkv.cpu.int8 import PackedInt8
+from ai00_like.rwkv.cpu.panels import Int8Panels
 from ai00_like.rwkv.loader import read_checkpoint
 from ai00_like.rwkv.quant import quantise_tensors
 from ai00_like.rwkv.synthetic import make_checkpoint
@@ -125,10 +126,10 @@ def test_every_file_form_matches_the_reference(folder, case, form, device):
                        quant_type=_quant(form) or "none", quant_head=_quant_head(form))
     if device == "cpu":  # "auto" keeps the file's own precision; Int8 stays packed
         assert model.precision == FORMS[form][2]
-        packed = isinstance(model.blocks[0].channel_mix.W["key"], PackedInt8)
+        packed = isinstance(model.blocks[0].channel_mix.W["key"], (PackedInt8, Int8Panels))  # rows, or panels (AVX-512)
         whole_blocks = model.info.n_embd % 128 == 0
         assert packed == ((form == "int8 prefab" or _quant(form) == "int8") and whole_blocks)
-        assert isinstance(model.head, PackedInt8) == (_quant_head(form) and whole_blocks)
+        assert isinstance(model.head, (PackedInt8, Int8Panels)) == (_quant_head(form) and whole_blocks)
     logits, tokens = greedy(model, prompt_for(case, CASES[case][1]["vocab"]), STEPS)
     errors = [rel_err(ours, theirs) for ours, theirs in zip(logits, want_logits)]
     assert max(errors) < TOLERANCE, f"worst step {int(np.argmax(errors))}: {max(errors):.2e}"

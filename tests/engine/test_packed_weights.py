@@ -153,6 +153,17 @@ def test_widened_nf4_rows_equal_the_dequantised_matrix():
 AVX2_ONLY = "+avx2,+fma,+f16c,+avx,+sse4.2,+popcnt,+bmi,+bmi2,+lzcnt,+movbe,-avx512f"
 
 
+def run_compiled_for(tmp_path: Path, cpu: str, features: str, code: str) -> str:
+    """`code` run by a Python whose numba compiles for `cpu` with `features` (in a kernel
+    cache of its own): what it printed, once it exited 0."""
+    script = tmp_path / "for_another_cpu.py"
+    script.write_text(code)
+    env = {**os.environ, "NUMBA_CPU_NAME": cpu, "NUMBA_CPU_FEATURES": features, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    return ran.stdout
+
+
 def test_the_avx2_kernels_equal_the_scalar_ones_too(tmp_path):
     """Compiled for an AVX2 CPU without AVX-512 (most desktop CPUs; NF4's lookup then is
     byte shuffles, and x another order, and a decoding batch's blocks 3 × 4): run where
@@ -161,8 +172,7 @@ def test_the_avx2_kernels_equal_the_scalar_ones_too(tmp_path):
 
     if vector_dots.vector_width() != 16:
         pytest.skip("the host has no AVX-512: the default kernels are the AVX2 ones already")
-    script = tmp_path / "avx2.py"
-    script.write_text(
+    printed = run_compiled_for(tmp_path, "haswell", AVX2_ONLY,
         "import numpy as np, sys\n"
         f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
         "from ai00_like.rwkv.cpu import vector_dots\n"
@@ -184,25 +194,22 @@ def test_the_avx2_kernels_equal_the_scalar_ones_too(tmp_path):
         "    for rows in (2, 3, 5, 7):\n"
         "        assert (skinny.skinny_matmul(x[:rows], W) == full[:rows]).all(), rows\n"
         "print('same')\n")
-    env = {**os.environ, "NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": AVX2_ONLY,
-           "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
-    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
-    assert ran.returncode == 0 and "same" in ran.stdout, ran.stderr[-2000:]
+    assert "same" in printed
 
 
 AVX512 = "+avx512f,+avx512bw,+avx512vl,+avx512dq," + AVX2_ONLY.replace(",-avx512f", "")
 
 
 def test_the_avx512_kernels_compile_where_the_host_cannot_run_them(tmp_path):
-    """The other way round: on a host without AVX-512 the AVX-512 forms of the packed kernels
-    and of the decoding batch's blocks (4 × 4 there, 3 × 4 with AVX2) are at least compiled (not run: the host would fault), so a change to the code they
-    share with the AVX2 forms cannot leave them unbuildable unnoticed."""
+    """The other way round: on a host without AVX-512 the AVX-512 forms of the packed kernels,
+    of the decoding batch's blocks (4 × 4 there, 3 × 4 with AVX2) and the product of Int8
+    in panels are at least compiled (not run: the host would fault), so a change to the code
+    they share with the AVX2 forms cannot leave them unbuildable unnoticed."""
     from ai00_like.rwkv.cpu import vector_dots
 
     if vector_dots.vector_width() == 16:
         pytest.skip("the host has AVX-512: the other tests run these kernels")
-    script = tmp_path / "avx512.py"
-    script.write_text(
+    printed = run_compiled_for(tmp_path, "skylake-avx512", AVX512,
         "import numpy as np\n"
         "from numba import typeof\n"
         "from ai00_like.rwkv.cpu import int8, nf4, vector_dots\n"
@@ -220,8 +227,10 @@ def test_the_avx512_kernels_compile_where_the_host_cannot_run_them(tmp_path):
         "    for W in (np.zeros((8, 704), np.float32), np.zeros((8, 704), np.int16), np.zeros((8, 704), np.uint16)):\n"
         "        skinny.skinny.compile(tuple(typeof(v) for v in (W, x, out)))\n"
         "    batched.block_kernel.compile(tuple(typeof(v) for v in (packed, x, out)))\n"
+        "from ai00_like.rwkv.cpu import panel_int8, panels\n"
+        "assert panels.available()\n"
+        "w = panel_int8.PanelInt8.of(int8.PackedInt8(np.zeros((8, 256), np.uint8), np.zeros((8, 4), np.uint16)))\n"
+        "x, out = np.zeros((3, 256), np.float32), np.zeros((3, 8), np.float32)\n"
+        "panel_int8._entry.compile(tuple(typeof(v) for v in (w, x, out)))\n"
         "print('compiled')\n")
-    env = {**os.environ, "NUMBA_CPU_NAME": "skylake-avx512", "NUMBA_CPU_FEATURES": AVX512,
-           "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
-    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
-    assert ran.returncode == 0 and "compiled" in ran.stdout, ran.stderr[-2000:]
+    assert "compiled" in printed

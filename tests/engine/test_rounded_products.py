@@ -6,25 +6,17 @@ kernels are still compiled for such a CPU, and a model asked for them keeps fp32
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
-from ai00_like.rwkv.cpu import int8, vector_dots, vnni
+from ai00_like.rwkv.cpu import forms, int8, panels, vector_dots, vnni
 from ai00_like.rwkv.cpu.model import CpuModel
-from ai00_like.rwkv.info import detect
-from ai00_like.rwkv.quant import QuantisedMatrix, quantise_tensors
-from ai00_like.rwkv.synthetic import make_checkpoint
+from test_int8_panels import assert_saves_the_same, dequantised, int8_matrix, quantised_v7, saved_words
+from test_packed_weights import AVX512, run_compiled_for
+
+VNNI = AVX512 + ",+avx512vnni"
 
 needs_vnni = pytest.mark.skipif(not vnni.available(), reason="the host has no AVX-512 VNNI")
-
-
-def int8_matrix(rows: int, cols: int, seed: int = 0) -> int8.PackedInt8:
-    weights = np.random.default_rng(seed).standard_normal((rows, cols)).astype(np.float32) * 0.05
-    return int8.PackedInt8.of(QuantisedMatrix.of("int8", weights))
 
 
 def rounded_reference(x: np.ndarray, w: int8.PackedInt8) -> np.ndarray:
@@ -38,14 +30,6 @@ def rounded_reference(x: np.ndarray, w: int8.PackedInt8) -> np.ndarray:
     return x_hat @ dequantised(w).T
 
 
-def dequantised(w: int8.PackedInt8) -> np.ndarray:
-    """w = low + step · q in float64, each block's (low, step) as the kernels widen them."""
-    bounds = w.bounds.view(np.float16).astype(np.float32)
-    low, step = bounds[:, 0::2], (bounds[:, 1::2] - bounds[:, 0::2]) / np.float32(255)
-    q = w.q.reshape(w.shape[0], -1, vnni.INT8_BLOCK).astype(np.float64)
-    return (low[:, :, None] + step[:, :, None].astype(np.float64) * q).reshape(w.shape)
-
-
 @needs_vnni
 @pytest.mark.parametrize("rows", [1, 3, 4, 15, 16, 37, 61, 130, 300])
 def test_the_product_is_exact_for_the_rounded_activations(rows):
@@ -54,7 +38,7 @@ def test_the_product_is_exact_for_the_rounded_activations(rows):
     row counts that leave every register block's tail."""
     packed = int8_matrix(202, 384)
     w = vnni.RoundedInt8.of(packed)
-    assert w.shape == packed.shape and w.q.shape == (5, 192, 2 * vnni.PANEL)
+    assert w.shape == packed.shape and w.q.shape == (5, 192, 2 * panels.PANEL)
     x = np.random.default_rng(rows).standard_normal((rows, 384)).astype(np.float32)
     got = vnni.rounded_int8_matmul(x, w)
     want = rounded_reference(x, packed)
@@ -89,40 +73,20 @@ def test_rounding_keeps_each_blocks_largest_value_and_zero_blocks():
     np.testing.assert_allclose(x_sum, x_hat.sum(axis=2).T, rtol=1e-6)
 
 
-def quantised_v7(seed: int = 5):
-    tensors = make_checkpoint("7", n_layer=2, n_embd=256, head_size=64, vocab=500, seed=seed)
-    info = detect({name: a.shape for name, a in tensors.items()})
-    return quantise_tensors(tensors, info.n_layer, "int8", head=True), info
-
-
-def test_panels_keep_the_rows_numbers():
-    """RoundedInt8.of and back (what saving a rounding model writes) gives the rows' bytes
-    and bounds, for a matrix whose last panel is not full."""
-    packed = int8_matrix(101, 384, seed=4)
-    panels = vnni.RoundedInt8.of(packed)
-    assert panels.shape == (101, 384) and panels.q.shape == (3, 192, 2 * vnni.PANEL)
-    assert panels.nbytes == 3 * vnni.PANEL * (384 + 2 * 2 * 3)
-    q, bounds = panels.packed()
-    np.testing.assert_array_equal(q, packed.q)
-    np.testing.assert_array_equal(bounds, packed.bounds)
-    assert not panels.q[-1, :, 2 * 5:].any()  # rows 101 … 143 of the last panel are zero
-
-
 @needs_vnni
 def test_a_model_rounds_its_int8_products_only_when_not_exact():
     """The rounding model holds its Int8 matrices once, in panels, in its tensors (saving
-    writes them in rows again); a model built after it from the same dict gets them in
-    rows again."""
+    writes them in rows again); a model built after it from the same dict multiplies the
+    same panels exactly."""
     tensors, info = quantised_v7()
-    loaded = {name: m.packed.copy() for name, m in tensors.items() if hasattr(m, "packed")}
+    words = saved_words(tensors)
     exact, rounded = CpuModel(tensors, info), CpuModel(tensors, info, exact=False)
     assert not exact.rounds_activations and rounded.rounds_activations
     assert isinstance(rounded.head, vnni.RoundedInt8) and not isinstance(exact.head, vnni.RoundedInt8)
-    assert rounded.tensors["head.weight"].rounded is rounded.head
-    for name, words in loaded.items():
-        np.testing.assert_array_equal(rounded.tensors[name].packed, words, err_msg=name)
+    assert rounded.tensors["head.weight"].panels.q is rounded.head.q
+    assert_saves_the_same(rounded.tensors, words)
     assert not CpuModel(tensors, info).rounds_activations
-    assert not any(isinstance(m, vnni.PanelledInt8) for m in tensors.values())
+    assert not any(type(m.panels) is vnni.RoundedInt8 for m in tensors.values() if isinstance(m, forms.PanelledInt8))
     prompt = np.random.default_rng(0).integers(1, info.vocab, 200).tolist()
     want, _ = exact.forward(prompt, full_output=True)
     got, _ = rounded.forward(prompt, full_output=True)
@@ -142,8 +106,7 @@ def test_without_vnni_a_model_keeps_fp32_products(tmp_path):
 
     features = binding.get_host_cpu_features()
     features["avx512vnni"] = False
-    script = tmp_path / "no_vnni.py"
-    script.write_text(
+    printed = run_compiled_for(tmp_path, binding.get_host_cpu_name(), features.flatten(),
         "import numpy as np\n"
         "from ai00_like.rwkv.cpu import vnni\n"
         "from ai00_like.rwkv.cpu.model import CpuModel\n"
@@ -157,10 +120,7 @@ def test_without_vnni_a_model_keeps_fp32_products(tmp_path):
         "assert not model.rounds_activations\n"
         "assert np.isfinite(model.forward([1, 2, 3])[0]).all()\n"
         "print('exact')\n")
-    env = {**os.environ, "NUMBA_CPU_NAME": binding.get_host_cpu_name(), "NUMBA_CPU_FEATURES": features.flatten(),
-           "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
-    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
-    assert ran.returncode == 0 and "exact" in ran.stdout, ran.stderr[-2000:]
+    assert "exact" in printed
 
 
 def test_the_vnni_kernels_compile_where_the_host_cannot_run_them(tmp_path):
@@ -168,8 +128,7 @@ def test_the_vnni_kernels_compile_where_the_host_cannot_run_them(tmp_path):
     run: the host would fault), so a change cannot leave them unbuildable unnoticed."""
     if vnni.available():
         pytest.skip("the host has AVX-512 VNNI: the other tests run these kernels")
-    script = tmp_path / "vnni.py"
-    script.write_text(
+    printed = run_compiled_for(tmp_path, "cascadelake", VNNI,
         "import numpy as np\n"
         "from numba import typeof\n"
         "from ai00_like.rwkv.cpu import int8, vnni\n"
@@ -178,11 +137,7 @@ def test_the_vnni_kernels_compile_where_the_host_cannot_run_them(tmp_path):
         "x, out = np.zeros((3, 256), np.float32), np.zeros((3, 8), np.float32)\n"
         "vnni._entry.compile(tuple(typeof(v) for v in (w, x, out)))\n"
         "print('compiled')\n")
-    features = "+avx512f,+avx512bw,+avx512vl,+avx512dq,+avx512cd,+avx512vnni,+avx2,+fma,+f16c,+bmi2,+popcnt"
-    env = {**os.environ, "NUMBA_CPU_NAME": "cascadelake", "NUMBA_CPU_FEATURES": features,
-           "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
-    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
-    assert ran.returncode == 0 and "compiled" in ran.stdout, ran.stderr[-2000:]
+    assert "compiled" in printed
 
 
 def test_the_cpu_features_follow_numbas_setting(monkeypatch):

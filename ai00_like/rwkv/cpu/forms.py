@@ -7,18 +7,23 @@ from __future__ import annotations
 
 from collections.abc import MutableMapping
 
+import numpy as np
+
 from ..quant import QuantisedMatrix
 from .dense import DENSE
 from .weight_form import WeightForm
 from .int8 import INT8, PackedInt8
 from .nf4 import NF4
-from .vnni import ROUNDED_INT8, PanelledInt8, RoundedInt8
+from .panel_int8 import PANEL_INT8, PanelInt8
+from .panels import Int8Panels
+from .panels import available as panels_available
+from .vnni import ROUNDED_INT8, RoundedInt8
 
 # The packed forms first: a matrix takes the first form that packs it, and the dense form
-# takes every array and dequantises what no packed form takes. ROUNDED_INT8 takes the Int8
-# matrices that a model which rounds its activations put in panels (`keep_int8_for`), and
-# comes before INT8, which would take them too.
-FORMS: tuple[WeightForm, ...] = (ROUNDED_INT8, INT8, NF4, DENSE)
+# takes every array and dequantises what no packed form takes. ROUNDED_INT8 and PANEL_INT8
+# take the Int8 matrices that a model put in panels (`keep_int8_for`), as it multiplies
+# them, and come before INT8, which would take them too.
+FORMS: tuple[WeightForm, ...] = (ROUNDED_INT8, PANEL_INT8, INT8, NF4, DENSE)
 _BY_KIND = {form.kind: form for form in FORMS}
 
 
@@ -31,14 +36,41 @@ def kernel_form(matrix):
     raise TypeError(f"no weight form takes a {type(matrix).__name__}")
 
 
+class PanelledInt8(QuantisedMatrix):
+    """An Int8 QuantisedMatrix whose bytes are kept in panels (a panel form's matrix,
+    `panels`), in the model's tensors instead of the rows it was loaded as: the model then
+    holds the matrix once. Its packed words and scales are the rows' again, made as they
+    are asked for (saving the model, dequantising)."""
+
+    def __init__(self, panels: Int8Panels):  # the fields are properties here
+        self.kind, self.shape, self.panels = "int8", panels.shape, panels
+
+    @property
+    def packed(self) -> np.ndarray:
+        return self.panels.packed()[0].reshape(-1).view(np.uint32)
+
+    @property
+    def scales(self) -> np.ndarray:
+        return self.panels.packed()[1].reshape(-1).view(np.uint32)
+
+    @property
+    def nbytes(self) -> int:
+        return self.panels.nbytes
+
+
 def keep_int8_for(tensors: MutableMapping[str, object], rounding: bool) -> bool:
     """Each Int8 matrix of `tensors`, in place, as a model multiplies it: in panels
-    (vnni.PanelledInt8) for one that rounds its activations, in rows for one that does not
-    (a dict another model rounded). Whether any is in panels."""
+    (PanelledInt8) where the CPU has AVX-512, of the form for rounded activations or for
+    fp32 ones, in rows elsewhere (a dict that a model on other kernels put in panels).
+    Whether any matrix is then multiplied with rounded activations."""
+    kind = RoundedInt8 if rounding else PanelInt8
+    in_panels = panels_available()
     for name, matrix in tensors.items():
-        if rounding and type(matrix) is QuantisedMatrix and (rows := PackedInt8.of(matrix)) is not None:
-            tensors[name] = PanelledInt8(RoundedInt8.of(rows))
-        elif not rounding and isinstance(matrix, PanelledInt8):
+        if in_panels and type(matrix) is QuantisedMatrix and (rows := PackedInt8.of(matrix)) is not None:
+            tensors[name] = PanelledInt8(kind.of(rows))
+        elif in_panels and isinstance(matrix, PanelledInt8):
+            matrix.panels = kind(*matrix.panels)  # the same arrays; a model built before keeps its own
+        elif isinstance(matrix, PanelledInt8):
             tensors[name] = QuantisedMatrix("int8", matrix.packed, matrix.scales, matrix.shape)
     return rounding and any(isinstance(matrix, PanelledInt8) for matrix in tensors.values())
 

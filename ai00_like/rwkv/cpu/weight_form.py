@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 class WeightForm(NamedTuple):
     """One weight form. Its matrices are of type `kind` (every other array for the dense
     form), a packed form's a NamedTuple whose first field `q` holds its bytes, a row per
-    output (vnni.RoundedInt8's in panels of rows, with their count `rows`), and which
+    output (panels.Int8Panels' in panels of rows, with their count `rows`), and which
     compiled code takes as it is."""
 
     name: str

@@ -1,0 +1,169 @@
+"""Int8 weights in panels of 48 rows, and the loop that multiplies them (AVX-512).
+
+quant.py's Int8 stores each row's 128-weight blocks as bytes q with the block's bounds:
+w = low + step · q, step = (high − low) / 255. Kept in rows (int8.py) a kernel's vector
+lanes run along a row's inputs, and every output ends in a sum across a vector's lanes;
+a few rows of x then keep the cores at half their rate. Kept in panels, a pair of inputs
+of each of 48 rows side by side, one load of 32 bytes is a pair of 16 rows: the lanes run
+along the outputs, x's values are broadcast, and the same kernel serves a decoding step's
+one row and a prompt's chunk (panels_ir.py). Where the CPU has AVX-512 a model keeps its
+Int8 matrices this way (forms.keep_int8_for), and multiplies them either with fp32
+activations (panel_int8.py, the default) or with activations rounded to 16-bit integers
+(vnni.py, `exact = false`): each its weight form, whose matrices are of a subclass of
+`Int8Panels` of its own.
+
+`panel_product` is the loop both run: each task a share of the panels, each panel's
+block of weights (6 KiB, in L1) against up to GROUP_ROWS rows of x in register blocks of
+8, 4, 2 and 1 rows. A row's result is the same to the bit whichever register block took
+it, so it does not depend on the other rows of its step or on its prompt's chunking.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import numpy as np
+
+from . import intrinsics, vector_dots
+from .jit import launch, read_only
+
+INT8_BLOCK = 128  # quant.py's Int8 block (not imported: forms.py imports this module, and quant.py is deep)
+PANEL = 48  # weight rows a panel: panels_ir's 3 vectors of 16
+# Rows of x the kernel takes through all the weight blocks before the next rows: their
+# totals (24 KiB) stay in L1 and their x in L2.
+GROUP_ROWS = 128
+# A launch's share-outs of the panels, each with its totals: one a panel allocated 1,366 of
+# them for a 65,536-row head at every decoding step.
+MAX_TASKS = 64
+
+
+class Int8Panels(NamedTuple):
+    """An Int8 matrix of `rows` × K as the kernels read it: q [panels, K/2, 2 · PANEL]
+    bytes, pair p of each of a panel's rows side by side, and bounds [panels, K/128, 2,
+    PANEL], each block's low and high as fp16 bit patterns, a panel's rows side by side.
+    Rows past the last are zero. A weight form's matrices are of a subclass of their own
+    (panel_int8.PanelInt8, vnni.RoundedInt8): compiled code tells them apart by type, and
+    the subclass's `of` makes one."""
+
+    q: np.ndarray
+    bounds: np.ndarray
+    rows: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.rows, 2 * self.q.shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        return self.q.nbytes + self.bounds.nbytes
+
+    @classmethod
+    def of(cls, matrix):
+        """An int8.PackedInt8 (q [N, K] bytes, bounds [N, 2·K/128]) in panels."""
+        rows, cols = matrix.q.shape
+        panels = -(-rows // PANEL)
+        q = _in_panels(matrix.q.reshape(rows, cols // 2, 2), panels).transpose(0, 2, 1, 3)
+        bounds = _in_panels(matrix.bounds.reshape(rows, -1, 2), panels).transpose(0, 2, 3, 1)
+        kept = (q.reshape(panels, cols // 2, 2 * PANEL), bounds)
+        return cls(*(read_only(np.ascontiguousarray(a)) for a in kept), rows)
+
+    def packed(self) -> tuple[np.ndarray, np.ndarray]:
+        """(q [N, K], bounds [N, 2·K/128]) in rows again, as int8.PackedInt8 holds them."""
+        q = self.q.reshape(len(self.q), -1, PANEL, 2).transpose(0, 2, 1, 3).reshape(-1, self.shape[1])
+        bounds = self.bounds.transpose(0, 3, 1, 2).reshape(len(self.q) * PANEL, -1)
+        return np.ascontiguousarray(q[: self.rows]), np.ascontiguousarray(bounds[: self.rows])
+
+
+def _in_panels(a: np.ndarray, panels: int) -> np.ndarray:
+    """a [N, …] as [panels, PANEL, …], the rows past N zero."""
+    whole = np.zeros((panels * PANEL, *a.shape[1:]), a.dtype)
+    whole[: len(a)] = a
+    return whole.reshape(panels, PANEL, *a.shape[1:])
+
+
+# Module-level kernels, compiled below where numba and AVX-512 are (skinny.py says why not nested).
+prange = range
+block8 = block4 = block2 = block1 = None
+
+
+def panel_product(q, bounds, x_parts, out):  # pragma: no cover - compiled by numba
+    """out = x · Wᵀ for W's panels (q, bounds) and x as x_parts (panels_ir.py's kinds)."""
+    panels = q.shape[0]
+    M, N = out.shape
+    blocks = bounds.shape[1]
+    tasks = min(panels, MAX_TASKS)
+    for task in prange(tasks):
+        totals = np.empty((min(M, GROUP_ROWS), PANEL), dtype=np.float32)
+        for p in range(task * panels // tasks, (task + 1) * panels // tasks):
+            panel, panel_bounds = q[p], bounds[p]
+            first = p * PANEL
+            for group in range(0, M, GROUP_ROWS):
+                last = min(M, group + GROUP_ROWS)
+                totals[:] = 0
+                for b in range(blocks):
+                    j = group
+                    while j + 8 <= last:
+                        block8(panel, panel_bounds, x_parts, b, j, group, totals)
+                        j += 8
+                    if j + 4 <= last:
+                        block4(panel, panel_bounds, x_parts, b, j, group, totals)
+                        j += 4
+                    if j + 2 <= last:
+                        block2(panel, panel_bounds, x_parts, b, j, group, totals)
+                        j += 2
+                    if j < last:
+                        block1(panel, panel_bounds, x_parts, b, j, group, totals)
+                for m in range(group, last):
+                    for o in range(min(PANEL, N - first)):
+                        out[m, first + o] = totals[m - group, o]
+
+
+def matmul(entry, x: np.ndarray, w: Int8Panels) -> np.ndarray:
+    """x [M, K] · Wᵀ → [M, N] through a form's compiled `entry(W, x, out)`."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
+    launch(entry, w, x, out)
+    return out
+
+
+def compile_form(prepare, product, entry) -> tuple | None:
+    """A panel form's kernels, compiled without fast-math: `prepare` (x made ready for the
+    blocks, row by row) in the calling thread and on the cores, `product(W, x, out)` for
+    compiled callers and `entry(W, x, out)` for Python's; None without numba or AVX-512.
+    The module's `prange` must be this module's by then."""
+    if exact_jit is None:
+        return None
+    # Rows in turn in the calling thread for a decoding step's few rows (no launch on the
+    # cores); the same code, so the same bits.
+    here = exact_jit(parallel=False, inline="always")(prepare)
+    return here, exact_jit()(prepare), exact_jit(parallel=False)(product), exact_jit(parallel=False)(entry)
+
+
+@functools.cache
+def available() -> bool:
+    """Whether numba compiles for a CPU with AVX-512 (this one, or NUMBA_CPU_FEATURES')."""
+    features = vector_dots.cpu_features()
+    return exact_jit is not None and bool(features.get("avx512f") and features.get("avx512bw"))
+
+
+def _build():
+    """The compilers of the panels' kernels (jit, prange), or None without numba or AVX-512."""
+    built = intrinsics.build()
+    if built is None or vector_dots.vector_width() != 16:
+        return None
+    from numba.extending import intrinsic
+
+    from . import panels_ir  # needs numba, configured by intrinsics.build() above
+
+    global prange, block8, block4, block2, block1, panel_product
+    prange = built.prange
+    block8, block4, block2, block1 = (intrinsic(panels_ir.panel_block(rows, INT8_BLOCK // 2)) for rows in (8, 4, 2, 1))
+    # No fast-math flags: numba would put them on the kernels' IR too, and LLVM then
+    # reassociates each kernel's fold its own way (the bits differed between row counts).
+    exact = functools.partial(built.jit, fastmath=False)
+    panel_product = exact()(panel_product)
+    return exact
+
+
+exact_jit = _build()  # numba.njit without fast-math, for the kernels calling panel_product (panel_int8.py, vnni.py)
