@@ -202,8 +202,8 @@ AVX512 = "+avx512f,+avx512bw,+avx512vl,+avx512dq," + AVX2_ONLY.replace(",-avx512
 
 def test_the_avx512_kernels_compile_where_the_host_cannot_run_them(tmp_path):
     """The other way round: on a host without AVX-512 the AVX-512 forms of the packed kernels,
-    of the decoding batch's blocks (4 × 4 there, 3 × 4 with AVX2) and the product of Int8
-    in panels are at least compiled (not run: the host would fault), so a change to the code
+    of the decoding batch's blocks (4 × 4 there, 3 × 4 with AVX2) and the products of Int8
+    and NF4 in panels are at least compiled (not run: the host would fault), so a change to the code
     they share with the AVX2 forms cannot leave them unbuildable unnoticed."""
     from ai00_like.rwkv.cpu import vector_dots
 
@@ -232,5 +232,8 @@ def test_the_avx512_kernels_compile_where_the_host_cannot_run_them(tmp_path):
         "w = panel_int8.PanelInt8.of(int8.PackedInt8(np.zeros((8, 256), np.uint8), np.zeros((8, 4), np.uint16)))\n"
         "x, out = np.zeros((3, 256), np.float32), np.zeros((3, 8), np.float32)\n"
         "panel_int8._entry.compile(tuple(typeof(v) for v in (w, x, out)))\n"
+        "from ai00_like.rwkv.cpu import panel_nf4\n"
+        "w = panel_nf4.PanelNF4.of(nf4.PackedNF4(np.zeros((8, 128), np.uint8), np.zeros((8, 4), np.uint16)))\n"
+        "panel_nf4._entry.compile(tuple(typeof(v) for v in (w, x, out)))\n"
         "print('compiled')\n")
     assert "compiled" in printed

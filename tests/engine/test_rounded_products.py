@@ -11,7 +11,7 @@ import pytest
 
 from ai00_like.rwkv.cpu import forms, int8, panels, vector_dots, vnni
 from ai00_like.rwkv.cpu.model import CpuModel
-from test_int8_panels import assert_saves_the_same, dequantised, int8_matrix, quantised_v7, saved_words
+from test_panels import assert_saves_the_same, dequantised, int8_matrix, quantised_v7, saved_words
 from test_packed_weights import AVX512, run_compiled_for
 
 VNNI = AVX512 + ",+avx512vnni"
@@ -86,7 +86,7 @@ def test_a_model_rounds_its_int8_products_only_when_not_exact():
     assert rounded.tensors["head.weight"].panels.q is rounded.head.q
     assert_saves_the_same(rounded.tensors, words)
     assert not CpuModel(tensors, info).rounds_activations
-    assert not any(type(m.panels) is vnni.RoundedInt8 for m in tensors.values() if isinstance(m, forms.PanelledInt8))
+    assert not any(type(m.panels) is vnni.RoundedInt8 for m in tensors.values() if isinstance(m, forms.Panelled))
     prompt = np.random.default_rng(0).integers(1, info.vocab, 200).tolist()
     want, _ = exact.forward(prompt, full_output=True)
     got, _ = rounded.forward(prompt, full_output=True)

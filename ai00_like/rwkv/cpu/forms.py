@@ -13,17 +13,20 @@ from ..quant import QuantisedMatrix
 from .dense import DENSE
 from .weight_form import WeightForm
 from .int8 import INT8, PackedInt8
-from .nf4 import NF4
+from .nf4 import NF4, PackedNF4
 from .panel_int8 import PANEL_INT8, PanelInt8
-from .panels import Int8Panels
+from .panel_nf4 import PANEL_NF4, PanelNF4
+from .panels import Int8Panels, Nf4Panels
 from .panels import available as panels_available
 from .vnni import ROUNDED_INT8, RoundedInt8
 
 # The packed forms first: a matrix takes the first form that packs it, and the dense form
-# takes every array and dequantises what no packed form takes. ROUNDED_INT8 and PANEL_INT8
-# take the Int8 matrices that a model put in panels (`keep_int8_for`), as it multiplies
-# them, and come before INT8, which would take them too.
-FORMS: tuple[WeightForm, ...] = (ROUNDED_INT8, PANEL_INT8, INT8, NF4, DENSE)
+# takes every array and dequantises what no packed form takes. The panel forms take the
+# matrices that a model put in panels (`keep_in_panels`), as it multiplies them, and come
+# before INT8 and NF4, which would take them too.
+FORMS: tuple[WeightForm, ...] = (ROUNDED_INT8, PANEL_INT8, PANEL_NF4, INT8, NF4, DENSE)
+# The panel kinds, each with the form in rows it is made from.
+PANEL_KINDS = (Int8Panels, Nf4Panels)
 _BY_KIND = {form.kind: form for form in FORMS}
 
 
@@ -36,14 +39,14 @@ def kernel_form(matrix):
     raise TypeError(f"no weight form takes a {type(matrix).__name__}")
 
 
-class PanelledInt8(QuantisedMatrix):
-    """An Int8 QuantisedMatrix whose bytes are kept in panels (a panel form's matrix,
-    `panels`), in the model's tensors instead of the rows it was loaded as: the model then
-    holds the matrix once. Its packed words and scales are the rows' again, made as they
-    are asked for (saving the model, dequantising)."""
+class Panelled(QuantisedMatrix):
+    """An Int8 or NF4 QuantisedMatrix whose bytes are kept in panels (a panel form's
+    matrix, `panels`), in the model's tensors instead of the rows it was loaded as: the
+    model then holds the matrix once. Its packed words and scales are the rows' again, made
+    as they are asked for (saving the model, dequantising)."""
 
-    def __init__(self, panels: Int8Panels):  # the fields are properties here
-        self.kind, self.shape, self.panels = "int8", panels.shape, panels
+    def __init__(self, kind: str, panels):  # the fields are properties here
+        self.kind, self.shape, self.panels = kind, panels.shape, panels
 
     @property
     def packed(self) -> np.ndarray:
@@ -51,28 +54,33 @@ class PanelledInt8(QuantisedMatrix):
 
     @property
     def scales(self) -> np.ndarray:
-        return self.panels.packed()[1].reshape(-1).view(np.uint32)
+        halves = self.panels.packed()[1].reshape(-1)
+        return np.pad(halves, (0, len(halves) % 2)).view(np.uint32)  # two fp16 a word, as quant.py packs them
 
     @property
     def nbytes(self) -> int:
         return self.panels.nbytes
 
 
-def keep_int8_for(tensors: MutableMapping[str, object], rounding: bool) -> bool:
-    """Each Int8 matrix of `tensors`, in place, as a model multiplies it: in panels
-    (PanelledInt8) where the CPU has AVX-512, of the form for rounded activations or for
+def keep_in_panels(tensors: MutableMapping[str, object], rounding: bool) -> bool:
+    """Each Int8 and NF4 matrix of `tensors`, in place, as a model multiplies it: in panels
+    (Panelled) where the CPU has AVX-512, Int8 of the form for rounded activations or for
     fp32 ones, in rows elsewhere (a dict that a model on other kernels put in panels).
     Whether any matrix is then multiplied with rounded activations."""
-    kind = RoundedInt8 if rounding else PanelInt8
+    int8_kind = RoundedInt8 if rounding else PanelInt8
     in_panels = panels_available()
     for name, matrix in tensors.items():
-        if in_panels and type(matrix) is QuantisedMatrix and (rows := PackedInt8.of(matrix)) is not None:
-            tensors[name] = PanelledInt8(kind.of(rows))
-        elif in_panels and isinstance(matrix, PanelledInt8):
-            matrix.panels = kind(*matrix.panels)  # the same arrays; a model built before keeps its own
-        elif isinstance(matrix, PanelledInt8):
-            tensors[name] = QuantisedMatrix("int8", matrix.packed, matrix.scales, matrix.shape)
-    return rounding and any(isinstance(matrix, PanelledInt8) for matrix in tensors.values())
+        if isinstance(matrix, Panelled):
+            if not in_panels:
+                tensors[name] = QuantisedMatrix(matrix.kind, matrix.packed, matrix.scales, matrix.shape)
+            elif matrix.kind == "int8":
+                matrix.panels = int8_kind(*matrix.panels)  # the same arrays; a model built before keeps its own
+        elif in_panels and type(matrix) is QuantisedMatrix:
+            if (rows := PackedInt8.of(matrix)) is not None:
+                tensors[name] = Panelled("int8", int8_kind.of(rows))
+            elif (rows := PackedNF4.of(matrix)) is not None:
+                tensors[name] = Panelled("nf4", PanelNF4.of(rows))
+    return rounding and any(isinstance(m, Panelled) and m.kind == "int8" for m in tensors.values())
 
 
 def form_of(weight) -> WeightForm:

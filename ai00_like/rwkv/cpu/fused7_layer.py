@@ -17,8 +17,7 @@ from numba.extending import overload
 from ..norms import GN_EPS, LN_EPS
 from . import intrinsics
 from .batched import block_kernel
-from .forms import DENSE, form_of_type
-from .panels import Int8Panels
+from .forms import DENSE, PANEL_KINDS, form_of_type
 from .skinny import three_products
 
 _tools = intrinsics.build()
@@ -88,7 +87,7 @@ def _matvec3(W1, x1, out1, W2, x2, out2, W3, x3, out3):  # pragma: no cover - co
 def _rows_of(W):  # pragma: no cover - compiled by numba
     if form_of_type(W) is DENSE:
         return lambda W: W.shape[0]
-    if issubclass(form_of_type(W).kind, Int8Panels):  # its bytes in panels of rows
+    if issubclass(form_of_type(W).kind, PANEL_KINDS):  # its bytes in panels of rows
         return lambda W: W.rows
     return lambda W: W.q.shape[0]  # a packed form's bytes, a row per output (weight_form.py)
 

@@ -21,8 +21,7 @@ from ..weights import as_float32, embedding_rows, file_precision, stored
 from . import vnni
 from .arena import Arena
 from .blocks import Block, Context
-from .forms import keep_int8_for
-from .panels import Int8Panels
+from .forms import PANEL_KINDS, keep_in_panels
 from .fused7 import DecodeLayers
 from .jit import compiling_ahead, in_passing_thread, kernels_on, numpy_only, release_compiler_pages, warmed_marker
 from .ops import COMPILED_ROWS, SKINNY_ROWS, kernel_set, keeps_16bit, kernel_form, linear, pinned_blas_note, threads_for
@@ -50,15 +49,15 @@ class CpuModel:
         activations rounded to 16-bit integers where the CPU has AVX-512 VNNI (vnni.py) and
         `exact` is False; by default every product keeps fp32 activations. Where the CPU has
         AVX-512 they are replaced in `tensors` by the same numbers in panels
-        (forms.PanelledInt8), which every product of either kind reads."""
+        (forms.Panelled), which every product of either kind reads; NF4 matrices too."""
         prepare()
         self.info = info
         self.precision = precision = kept_precision(tensors, precision)
         # fp32 matrices go to BLAS as they are; 16-bit and packed ones would need widening.
         self.compiled_rows = SKINNY_ROWS if precision == "fp32" and not _packed(tensors) else COMPILED_ROWS
         self.tensors = tensors  # as loaded (LoRAs merged), for saving; the layers below share them
-        # Int8 matrices in panels (panels.py), in place: held once.
-        self.rounds_activations = keep_int8_for(tensors, not exact and vnni.available())
+        # Int8 and NF4 matrices in panels (panels.py), in place: held once.
+        self.rounds_activations = keep_in_panels(tensors, not exact and vnni.available())
         vec = lambda name: as_float32(tensors[name]).reshape(-1)
         # ln0 is applied to the gathered rows each step rather than folded into a copy of
         # the embedding: the (possibly memory-mapped) embedding is never duplicated.
@@ -73,7 +72,7 @@ class CpuModel:
                 progress(i + 1, info.n_layer + 1)
         self.ln_out = (vec("ln_out.weight"), vec("ln_out.bias"))
         self.head = kernel_form(stored(tensors["head.weight"], precision, "head.weight", source, arena))
-        if _projections_all(self.blocks, Int8Panels):
+        if _projections_all(self.blocks, PANEL_KINDS):
             self.compiled_rows = 1 << 30  # every product in the compiled kernels, numba on the cores
         # A decoding step (each row the next token of its own slot) runs each v7 layer as one
         # compiled call.

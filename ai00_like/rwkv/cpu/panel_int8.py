@@ -13,6 +13,7 @@ widened tiles for BLAS.
 
 from __future__ import annotations
 
+import functools
 import numpy as np
 
 from . import panels
@@ -62,21 +63,11 @@ def entry(W, x, out):  # pragma: no cover - compiled by numba
     product(W, x, out)
 
 
-def panel_int8_matmul(x: np.ndarray, w: PanelInt8) -> np.ndarray:
-    """x [M, K] · Wᵀ → [M, N]."""
-    return panels.matmul(_entry, x, w)
-
-
-def pack(matrix) -> PanelInt8 | None:
-    """The panels of a matrix that its model keeps for fp32 activations (forms.PanelledInt8)."""
-    panels = getattr(matrix, "panels", None)
-    return panels if type(panels) is PanelInt8 else None
-
-
 prange = panels.prange
 _entry = None
-if (_kernels := panels.compile_form(block_sums, product, entry)) is not None:
-    block_sums_here, block_sums, product, _entry = _kernels
+if (_kernels := panels.compile_form(product, entry, block_sums)) is not None:
+    product, _entry, block_sums_here, block_sums = _kernels
 
-PANEL_INT8 = WeightForm("int8 in panels", PanelInt8, pack, panel_int8_matmul, 1 << 30, None, lambda w: w, product,
-                        None)
+panel_int8_matmul = functools.partial(panels.matmul, _entry)  # x [M, K] · Wᵀ → [M, N]
+PANEL_INT8 = WeightForm("int8 in panels", PanelInt8, panels.pack_for(PanelInt8), panel_int8_matmul, 1 << 30, None,
+                        lambda w: w, product, None)

@@ -7,7 +7,7 @@ a few rows of x then keep the cores at half their rate. Kept in panels, a pair o
 of each of 48 rows side by side, one load of 32 bytes is a pair of 16 rows: the lanes run
 along the outputs, x's values are broadcast, and the same kernel serves a decoding step's
 one row and a prompt's chunk (panels_ir.py). Where the CPU has AVX-512 a model keeps its
-Int8 matrices this way (forms.keep_int8_for), and multiplies them either with fp32
+Int8 matrices this way (forms.keep_in_panels), and multiplies them either with fp32
 activations (panel_int8.py, the default) or with activations rounded to 16-bit integers
 (vnni.py, `exact = false`): each its weight form, whose matrices are of a subclass of
 `Int8Panels` of its own.
@@ -38,11 +38,36 @@ GROUP_ROWS = 128
 MAX_TASKS = 64
 
 
+def panelled(pairs: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A matrix's pairs of inputs [N, K/2, width bytes] and block scales [N, blocks, count]
+    in panels: [panels, K/2, width · PANEL], pair p of each of a panel's rows side by side,
+    and [panels, blocks, count, PANEL], a panel's rows side by side. Rows past N are zero."""
+    rows, n_pairs, width = pairs.shape
+    panels = -(-rows // PANEL)
+    q = _in_panels(pairs, panels).transpose(0, 2, 1, 3).reshape(panels, n_pairs, width * PANEL)
+    kept = (q, _in_panels(scales, panels).transpose(0, 2, 3, 1))
+    return tuple(read_only(np.ascontiguousarray(a)) for a in kept)
+
+
+def in_rows(q: np.ndarray, scales: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """`panelled`'s arrays as rows again: bytes [N, K/2 · width], scales [N, blocks · count]."""
+    panels, n_pairs = q.shape[:2]
+    pairs = q.reshape(panels, n_pairs, PANEL, -1).transpose(0, 2, 1, 3).reshape(panels * PANEL, -1)
+    scales = scales.transpose(0, 3, 1, 2).reshape(panels * PANEL, -1)
+    return np.ascontiguousarray(pairs[:rows]), np.ascontiguousarray(scales[:rows])
+
+
+def _in_panels(a: np.ndarray, panels: int) -> np.ndarray:
+    """a [N, …] as [panels, PANEL, …], the rows past N zero."""
+    whole = np.zeros((panels * PANEL, *a.shape[1:]), a.dtype)
+    whole[: len(a)] = a
+    return whole.reshape(panels, PANEL, *a.shape[1:])
+
+
 class Int8Panels(NamedTuple):
-    """An Int8 matrix of `rows` × K as the kernels read it: q [panels, K/2, 2 · PANEL]
-    bytes, pair p of each of a panel's rows side by side, and bounds [panels, K/128, 2,
-    PANEL], each block's low and high as fp16 bit patterns, a panel's rows side by side.
-    Rows past the last are zero. A weight form's matrices are of a subclass of their own
+    """An Int8 matrix of `rows` × K as the kernels read it (`panelled`): q [panels, K/2,
+    2 · PANEL] bytes, and bounds [panels, K/128, 2, PANEL], each block's low and high as
+    fp16 bit patterns. A weight form's matrices are of a subclass of their own
     (panel_int8.PanelInt8, vnni.RoundedInt8): compiled code tells them apart by type, and
     the subclass's `of` makes one."""
 
@@ -62,24 +87,42 @@ class Int8Panels(NamedTuple):
     def of(cls, matrix):
         """An int8.PackedInt8 (q [N, K] bytes, bounds [N, 2·K/128]) in panels."""
         rows, cols = matrix.q.shape
-        panels = -(-rows // PANEL)
-        q = _in_panels(matrix.q.reshape(rows, cols // 2, 2), panels).transpose(0, 2, 1, 3)
-        bounds = _in_panels(matrix.bounds.reshape(rows, -1, 2), panels).transpose(0, 2, 3, 1)
-        kept = (q.reshape(panels, cols // 2, 2 * PANEL), bounds)
-        return cls(*(read_only(np.ascontiguousarray(a)) for a in kept), rows)
+        return cls(*panelled(matrix.q.reshape(rows, cols // 2, 2), matrix.bounds.reshape(rows, -1, 2)), rows)
 
     def packed(self) -> tuple[np.ndarray, np.ndarray]:
         """(q [N, K], bounds [N, 2·K/128]) in rows again, as int8.PackedInt8 holds them."""
-        q = self.q.reshape(len(self.q), -1, PANEL, 2).transpose(0, 2, 1, 3).reshape(-1, self.shape[1])
-        bounds = self.bounds.transpose(0, 3, 1, 2).reshape(len(self.q) * PANEL, -1)
-        return np.ascontiguousarray(q[: self.rows]), np.ascontiguousarray(bounds[: self.rows])
+        return in_rows(self.q, self.bounds, self.rows)
 
 
-def _in_panels(a: np.ndarray, panels: int) -> np.ndarray:
-    """a [N, …] as [panels, PANEL, …], the rows past N zero."""
-    whole = np.zeros((panels * PANEL, *a.shape[1:]), a.dtype)
-    whole[: len(a)] = a
-    return whole.reshape(panels, PANEL, *a.shape[1:])
+class Nf4Panels(NamedTuple):
+    """An NF4 matrix of `rows` × K as the kernels read it (`panelled`): q [panels, K/2,
+    PANEL] bytes (a pair's two codes, the first in the low nibble), absmax [panels, K/64,
+    1, PANEL] as fp16 bit patterns, and the 16 levels. The form's matrices are
+    panel_nf4.PanelNF4."""
+
+    q: np.ndarray
+    absmax: np.ndarray
+    rows: int
+    levels: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.rows, 2 * self.q.shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        return self.q.nbytes + self.absmax.nbytes
+
+    @classmethod
+    def of(cls, matrix):
+        """An nf4.PackedNF4 (q [N, K/2] bytes, absmax [N, K/64]) in panels."""
+        rows, pairs = matrix.q.shape
+        q, absmax = panelled(matrix.q.reshape(rows, pairs, 1), matrix.absmax.reshape(rows, -1, 1))
+        return cls(q, absmax, rows, matrix.levels)
+
+    def packed(self) -> tuple[np.ndarray, np.ndarray]:
+        """(q [N, K/2], absmax [N, K/64]) in rows again, as nf4.PackedNF4 holds them."""
+        return in_rows(self.q, self.absmax, self.rows)
 
 
 # Module-level kernels, compiled below where numba and AVX-512 are (skinny.py says why not nested).
@@ -127,17 +170,28 @@ def matmul(entry, x: np.ndarray, w: Int8Panels) -> np.ndarray:
     return out
 
 
-def compile_form(prepare, product, entry) -> tuple | None:
-    """A panel form's kernels, compiled without fast-math: `prepare` (x made ready for the
-    blocks, row by row) in the calling thread and on the cores, `product(W, x, out)` for
-    compiled callers and `entry(W, x, out)` for Python's; None without numba or AVX-512.
-    The module's `prange` must be this module's by then."""
+def pack_for(kind: type):
+    """A panel form's `pack`: the panels a model keeps a matrix in (forms.Panelled) where
+    they are of this form's `kind`, else None."""
+    def pack(matrix):
+        kept = getattr(matrix, "panels", None)
+        return kept if type(kept) is kind else None
+    return pack
+
+
+def compile_form(product, entry, prepare=None) -> tuple | None:
+    """A panel form's kernels, compiled without fast-math: `product(W, x, out)` for compiled
+    callers, `entry(W, x, out)` for Python's, and `prepare` (x made ready for the blocks,
+    row by row) in the calling thread and on the cores; None without numba or AVX-512. The
+    module's `prange` must be this module's by then."""
     if exact_jit is None:
         return None
+    compiled = exact_jit(parallel=False)(product), exact_jit(parallel=False)(entry)
+    if prepare is None:
+        return compiled
     # Rows in turn in the calling thread for a decoding step's few rows (no launch on the
     # cores); the same code, so the same bits.
-    here = exact_jit(parallel=False, inline="always")(prepare)
-    return here, exact_jit()(prepare), exact_jit(parallel=False)(product), exact_jit(parallel=False)(entry)
+    return *compiled, exact_jit(parallel=False, inline="always")(prepare), exact_jit()(prepare)
 
 
 @functools.cache
@@ -158,7 +212,7 @@ def _build():
 
     global prange, block8, block4, block2, block1, panel_product
     prange = built.prange
-    block8, block4, block2, block1 = (intrinsic(panels_ir.panel_block(rows, INT8_BLOCK // 2)) for rows in (8, 4, 2, 1))
+    block8, block4, block2, block1 = (intrinsic(panels_ir.panel_block(rows)) for rows in (8, 4, 2, 1))
     # No fast-math flags: numba would put them on the kernels' IR too, and LLVM then
     # reassociates each kernel's fold its own way (the bits differed between row counts).
     exact = functools.partial(built.jit, fastmath=False)

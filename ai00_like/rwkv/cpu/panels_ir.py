@@ -2,8 +2,8 @@
 
 Lanes run along 16 weight rows (outputs): lane o of a weight vector holds weights 2p and
 2p + 1 of row o, and x's pair p is broadcast. The weights are stored that way (a panel of
-48 rows, each pair of a row's bytes beside the next row's), as bytes, and widened to 16
-bits as they are loaded. Lanes along the outputs need no sum across a vector's lanes, so
+48 rows, each pair of a row's bytes beside the next row's), as bytes, and widened as
+they are loaded. Lanes along the outputs need no sum across a vector's lanes, so
 one kernel serves every row count, from a decoding step's one row to a prompt's chunk. A
 call multiplies a block of `x_rows` rows of x (8, 4, 2 or 1) by the panel's 3 weight
 vectors over one weight block of 128 inputs; each block's sums start from zero and are
@@ -11,16 +11,20 @@ folded into the rows' totals block after block, in order, so a row's result is t
 whichever block of rows took it. (Taking several weight blocks at once for one row of x,
 for more chains of sums side by side, read the weights as several streams: a 128 MiB head
 took 1.2–2× as long.) Each call asks for the lines of the weights two blocks on
-(`PREFETCH_AHEAD`): a block of weights feeds 8 rows of x for about 0.7 µs, long enough
+(`PREFETCH_BLOCKS`): a block of weights feeds 8 rows of x for about 0.7 µs, long enough
 for the prefetchers to lose the stream (on two Zen 5 cores, 16 rows of x against 1.5B's
 8,192 × 2,048 matrices: 2.5 → 1.4 ms; its 65,536-row head 23 → 13 ms).
 
-Two kinds of x, told apart by the types of `x_parts`:
+Three kinds, told apart by the types of `x_parts`:
 
-* fp32 x (panel_int8.py, exact): `(x [M, K] float32, x_sum [M, blocks])`. A pair's two
-  weights are split out of the widened lane (the low and high 16 bits), made float and
-  multiplied in turn with x's two inputs (two fp32 FMAs, in the same order for every row).
-  The fold: total = fma(sum, step, total); total = fma(low, Σx, total).
+* Int8 weights, fp32 x (panel_int8.py, exact): `(x [M, K] float32, x_sum [M, blocks])`.
+  A pair's two weights are split out of the widened lane (the low and high 16 bits), made
+  float and multiplied in turn with x's two inputs (two fp32 FMAs, in the same order for
+  every row). The fold: total = fma(sum, step, total); total = fma(low, Σx, total).
+* NF4 weights, fp32 x (panel_nf4.py): `(x [M, K] float32, levels [16] float32)`. A
+  panel's pair is a byte a row, its two codes the low and high nibble, looked up in the 16
+  levels held in a register (one permute for 16 rows), then two FMAs as above. The fold: total =
+  fma(sum, absmax, total).
 * x rounded to 16-bit integers (vnni.py): `(xq [blocks, M, pairs] int32, x_scale,
   x_sum [M, blocks])`. `vpdpwssd` multiplies the pairs (32 multiply-adds an instruction,
   an fp32 FMA's 16) into exact 32-bit sums, in any order. The fold:
@@ -38,9 +42,8 @@ from .llvm_ir import I8, I32, broadcast, c_arrays, declare, fvec, index, ivec, r
 LANES = 16
 PANEL_VECTORS = 3  # weight vectors of 16 rows a panel: 48 weight rows
 PANEL = LANES * PANEL_VECTORS
-PAIR_BYTES = 2 * PANEL  # a pair of inputs of every row of a panel
 UNROLL = 4  # pairs a turn of the inner loop
-PREFETCH_AHEAD = 2 * 64 * PAIR_BYTES  # bytes: two weight blocks on (the next panel's, past the last block)
+PREFETCH_BLOCKS = 2  # weight blocks on that each call asks for (the next panel's, past the last block)
 
 
 def block_row(context, builder, array_type, value, block, row):
@@ -63,19 +66,22 @@ class PanelBlock:
     """One call: weight block `block` of a panel against rows j … j + x_rows − 1 of x,
     folded into those rows of `totals` (row m at totals[m − t]).
 
-    panel [pairs, PAIR_BYTES] uint8 (pair p of each row's weights, rows side by side),
-    bounds [blocks, 2, PANEL] uint16 (each block's low, then high, as fp16 bit patterns),
-    totals [rows, PANEL] float32; x_parts as the subclass reads them."""
+    panel [pairs, ROW_BYTES · PANEL] uint8 (pair p of each row's weights, rows side by
+    side), scales [blocks, SCALES, PANEL] uint16 (fp16 bit patterns), totals [rows, PANEL]
+    float32; x_parts as the subclass reads them."""
 
+    ROW_BYTES = 2  # a pair's bytes a row
+    BLOCK_PAIRS = 64  # pairs of inputs a weight block
+    SCALES = 2  # fp16 scales a block and row
     chains = 1  # sets of sums, alternate pairs (only integer sums may be split so)
     zero = ir.Constant(fvec(LANES), None)
 
-    def __init__(self, context, builder, sig, args, x_rows, block_pairs):
-        panel_t, bounds_t, parts_t, _, _, _, totals_t = sig.args
-        panel, bounds, parts, self.block, j, t, totals = args
-        self.builder, self.x_rows, self.block_pairs = builder, x_rows, block_pairs
+    def __init__(self, context, builder, sig, args, x_rows):
+        panel_t, scales_t, parts_t, _, _, _, totals_t = sig.args
+        panel, scales, parts, self.block, j, t, totals = args
+        self.builder, self.x_rows = builder, x_rows
         self.panel = context.make_array(panel_t)(context, builder, panel).data
-        self.bounds = context.make_array(bounds_t)(context, builder, bounds).data
+        self.scales = context.make_array(scales_t)(context, builder, scales).data
         self.rows = [builder.add(j, index(m)) for m in range(x_rows)]
         self.totals = [row_pointer(context, builder, totals_t, totals, builder.sub(r, t))[0] for r in self.rows]
         self.read_x(context, parts_t.types, cgutils.unpack_tuple(builder, parts, len(parts_t)))
@@ -91,82 +97,45 @@ class PanelBlock:
         """Every sum += the block's pair `pair` of weights · x's pair."""
         raise NotImplementedError
 
-    def fold(self, low, step, m, sums, total):
-        """Row m's `total` of a weight vector (its `low` and `step`) with the block's `sums`
+    def block_scales(self, n):
+        """Weight vector n's scales of the block, as `fold` takes them."""
+        raise NotImplementedError
+
+    def fold(self, scales, m, sums, total):
+        """Row m's `total` of a weight vector (its block's `scales`) with the block's `sums`
         (one a chain) folded in."""
         raise NotImplementedError
 
     def pair_bytes(self, pair):
         """Where pair `pair` of the block starts in the panel, in bytes."""
         builder = self.builder
-        return builder.mul(builder.add(builder.mul(self.block, index(self.block_pairs)), pair), index(PAIR_BYTES))
+        at = builder.add(builder.mul(self.block, index(self.BLOCK_PAIRS)), pair)
+        return builder.mul(at, index(self.ROW_BYTES * PANEL))
 
-    def weights(self, pair):
-        """The panel's 3 weight vectors of pair `pair` of the block, widened to 16 bits: lane
-        o holds row o's two weights, the first in its low half."""
+    def loaded(self, pair, n, lanes_type):
+        """Weight vector n's bytes of pair `pair`, zero-extended to `lanes_type`."""
         builder = self.builder
-        bytes32, halves = ir.VectorType(I8, 2 * LANES), ir.VectorType(ir.IntType(16), 2 * LANES)
-        at = self.pair_bytes(pair)
-        vectors = []
-        for n in range(PANEL_VECTORS):
-            address = builder.gep(self.panel, [builder.add(at, index(2 * LANES * n))])
-            raw = builder.load(builder.bitcast(address, bytes32.as_pointer()), align=1)
-            vectors.append(builder.bitcast(builder.zext(raw, halves), ivec(LANES)))
-        return vectors
+        raw_type = ir.VectorType(I8, self.ROW_BYTES * LANES)
+        address = builder.gep(self.panel, [builder.add(self.pair_bytes(pair), index(self.ROW_BYTES * LANES * n))])
+        raw = builder.load(builder.bitcast(address, raw_type.as_pointer()), align=1)
+        return builder.bitcast(builder.zext(raw, lanes_type), ivec(LANES))
 
-    def low_step(self, n):
-        """Weight vector n's (low, step) of the block, w = low + step · q, computed as
-        int8.py's kernels compute them (plain IR, no fast-math: the same bits)."""
+    def scale(self, part, n):
+        """Scale `part` of weight vector n's rows in the block, widened from fp16."""
         builder = self.builder
         halves, lanes = ir.VectorType(ir.IntType(16), LANES), ir.VectorType(ir.HalfType(), LANES)
+        at = builder.add(builder.mul(builder.add(builder.mul(self.block, index(self.SCALES)), index(part)),
+                                     index(PANEL)), index(LANES * n))
+        bits = builder.load(builder.bitcast(builder.gep(self.scales, [at]), halves.as_pointer()), align=2)
+        return builder.fpext(builder.bitcast(bits, lanes), fvec(LANES))
 
-        def widened(part):
-            at = builder.add(builder.mul(builder.add(builder.mul(self.block, index(2)), index(part)), index(PANEL)),
-                             index(LANES * n))
-            bits = builder.load(builder.bitcast(builder.gep(self.bounds, [at]), halves.as_pointer()), align=2)
-            return builder.fpext(builder.bitcast(bits, lanes), fvec(LANES))
-        low, high = widened(0), widened(1)
-        return low, builder.fdiv(builder.fsub(high, low), ir.Constant(fvec(LANES), [255.0] * LANES))
+    def fp32_x(self, context, part_type, part):
+        self.x = [row_pointer(context, self.builder, part_type, part, r)[0] for r in self.rows]
 
-    def emit(self):
+    def fma_pairs(self, pair, halves, sums):
+        """sums[m][n] += halves[n]'s first weights · x[m, 2p], then its second · x[m, 2p + 1]."""
         builder = self.builder
-        with cgutils.for_range(builder, index(self.block_pairs // UNROLL)) as loop:
-            sums = [[[builder.load(s) for s in row] for row in chain] for chain in self.sums]
-            first = builder.mul(loop.index, index(UNROLL))
-            for u in range(UNROLL):
-                self.pair_step(builder.add(first, index(u)), sums[u % self.chains])
-            ahead = builder.add(self.pair_bytes(first), index(PREFETCH_AHEAD))
-            for line in range(0, UNROLL * PAIR_BYTES, 64):  # past the last panel: prefetches do not fault
-                address = builder.gep(self.panel, [builder.add(ahead, index(line))])
-                builder.call(self.fetch, [address, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
-            for chain, values in zip(self.sums, sums):
-                for row, row_values in zip(chain, values):
-                    for s, v in zip(row, row_values):
-                        builder.store(v, s)
-        lows_steps = [self.low_step(n) for n in range(PANEL_VECTORS)]
-        for m in range(self.x_rows):
-            for n, (low, step) in enumerate(lows_steps):
-                place = builder.bitcast(builder.gep(self.totals[m], [index(LANES * n)]), fvec(LANES).as_pointer())
-                values = [builder.load(chain[m][n]) for chain in self.sums]
-                builder.store(self.fold(low, step, m, values, builder.load(place, align=4)), place, align=4)
-
-
-class Fp32Block(PanelBlock):
-    """x in fp32 (panel_int8.py): x_parts = (x [M, K], x_sum [M, blocks])."""
-
-    def read_x(self, context, part_types, parts):
-        builder = self.builder
-        self.x = [row_pointer(context, builder, part_types[0], parts[0], r)[0] for r in self.rows]
-        self.x_sum = [row_pointer(context, builder, part_types[1], parts[1], r)[0] for r in self.rows]
-
-    def pair_step(self, pair, sums):
-        builder = self.builder
-        low_half = ir.Constant(ivec(LANES), [0xFFFF] * LANES)
-        halves = []
-        for lanes in self.weights(pair):
-            halves.append((builder.sitofp(builder.and_(lanes, low_half), fvec(LANES)),
-                           builder.sitofp(builder.lshr(lanes, ir.Constant(ivec(LANES), [16] * LANES)), fvec(LANES))))
-        first = builder.add(builder.mul(self.block, index(2 * self.block_pairs)), builder.mul(pair, index(2)))
+        first = builder.add(builder.mul(self.block, index(2 * self.BLOCK_PAIRS)), builder.mul(pair, index(2)))
         for m in range(self.x_rows):
             x_pair = [broadcast(builder, builder.load(builder.gep(self.x[m], [builder.add(first, index(i))])), LANES)
                       for i in range(2)]
@@ -174,24 +143,75 @@ class Fp32Block(PanelBlock):
                 sums[m][n] = builder.call(self.fma, [even, x_pair[0], sums[m][n]])
                 sums[m][n] = builder.call(self.fma, [odd, x_pair[1], sums[m][n]])
 
-    def fold(self, low, step, m, sums, total):
+    def emit(self):
         builder = self.builder
-        (total_sum,) = sums
+        with cgutils.for_range(builder, index(self.BLOCK_PAIRS // UNROLL)) as loop:
+            sums = [[[builder.load(s) for s in row] for row in chain] for chain in self.sums]
+            first = builder.mul(loop.index, index(UNROLL))
+            for u in range(UNROLL):
+                self.pair_step(builder.add(first, index(u)), sums[u % self.chains])
+            ahead = builder.add(self.pair_bytes(first), index(PREFETCH_BLOCKS * self.BLOCK_PAIRS * self.ROW_BYTES * PANEL))
+            for line in range(0, UNROLL * self.ROW_BYTES * PANEL, 64):  # past the last panel: prefetches do not fault
+                address = builder.gep(self.panel, [builder.add(ahead, index(line))])
+                builder.call(self.fetch, [address, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
+            for chain, values in zip(self.sums, sums):
+                for row, row_values in zip(chain, values):
+                    for s, v in zip(row, row_values):
+                        builder.store(v, s)
+        scales = [self.block_scales(n) for n in range(PANEL_VECTORS)]
+        for m in range(self.x_rows):
+            for n, vector_scales in enumerate(scales):
+                place = builder.bitcast(builder.gep(self.totals[m], [index(LANES * n)]), fvec(LANES).as_pointer())
+                values = [builder.load(chain[m][n]) for chain in self.sums]
+                builder.store(self.fold(vector_scales, m, values, builder.load(place, align=4)), place, align=4)
+
+
+class Int8Block(PanelBlock):
+    """Int8 weights: a pair is 2 bytes a row, widened to the two 16-bit halves of a lane;
+    a block's scales are each row's low and high."""
+
+    def weights(self, pair):
+        return [self.loaded(pair, n, ir.VectorType(ir.IntType(16), 2 * LANES)) for n in range(PANEL_VECTORS)]
+
+    def block_scales(self, n):
+        """(low, step) of the block, w = low + step · q, computed as int8.py's kernels
+        compute them (plain IR, no fast-math: the same bits)."""
+        low, high = self.scale(0, n), self.scale(1, n)
+        return low, self.builder.fdiv(self.builder.fsub(high, low), ir.Constant(fvec(LANES), [255.0] * LANES))
+
+
+class Fp32Block(Int8Block):
+    """Int8 weights, x in fp32 (panel_int8.py): x_parts = (x [M, K], x_sum [M, blocks])."""
+
+    def read_x(self, context, part_types, parts):
+        self.fp32_x(context, part_types[0], parts[0])
+        self.x_sum = [row_pointer(context, self.builder, part_types[1], parts[1], r)[0] for r in self.rows]
+
+    def pair_step(self, pair, sums):
+        builder = self.builder
+        low_half, shift = ir.Constant(ivec(LANES), [0xFFFF] * LANES), ir.Constant(ivec(LANES), [16] * LANES)
+        halves = [(builder.sitofp(builder.and_(lanes, low_half), fvec(LANES)),
+                   builder.sitofp(builder.lshr(lanes, shift), fvec(LANES))) for lanes in self.weights(pair)]
+        self.fma_pairs(pair, halves, sums)
+
+    def fold(self, scales, m, sums, total):
+        builder = self.builder
+        (low, step), (total_sum,) = scales, sums
         x_sum = broadcast(builder, builder.load(builder.gep(self.x_sum[m], [self.block])), LANES)
         return builder.call(self.fma, [low, x_sum, builder.call(self.fma, [total_sum, step, total])])
 
 
-class Int16Block(PanelBlock):
-    """x rounded to 16-bit integers (vnni.py): x_parts = (xq [blocks, M, pairs] int32,
-    x_scale [M, blocks], x_sum [M, blocks])."""
+class Int16Block(Int8Block):
+    """Int8 weights, x rounded to 16-bit integers (vnni.py): x_parts = (xq [blocks, M,
+    pairs] int32, x_scale [M, blocks], x_sum [M, blocks])."""
 
     zero = ir.Constant(ivec(LANES), None)
 
-    def __init__(self, context, builder, sig, args, x_rows, block_pairs):
+    def __init__(self, context, builder, sig, args, x_rows):
         # One row of x has only three sums, each a chain of dependent instructions: two
         # sets, alternate pairs (integers: any order gives the same sums).
         self.chains = 2 if x_rows <= 2 else 1
-        super().__init__(context, builder, sig, args, x_rows, block_pairs)
+        super().__init__(context, builder, sig, args, x_rows)
         self.dot = declare(builder, "llvm.x86.avx512.vpdpwssd.512", ivec(LANES), ivec(LANES), ivec(LANES), ivec(LANES))
 
     def read_x(self, context, part_types, parts):
@@ -208,8 +228,9 @@ class Int16Block(PanelBlock):
             for n in range(PANEL_VECTORS):
                 sums[m][n] = builder.call(self.dot, [sums[m][n], weights[n], x_pair])
 
-    def fold(self, low, step, m, sums, total):
+    def fold(self, scales, m, sums, total):
         builder = self.builder
+        low, step = scales
         exact = sums[0]
         for chain in sums[1:]:
             exact = builder.add(exact, chain)
@@ -219,30 +240,56 @@ class Int16Block(PanelBlock):
         return builder.call(self.fma, [low, x_sum, total])
 
 
+class Nf4Block(PanelBlock):
+    """NF4 weights, x in fp32 (panel_nf4.py): x_parts = (x [M, K], the 16 levels)."""
+
+    ROW_BYTES, BLOCK_PAIRS, SCALES = 1, 32, 1
+
+    def read_x(self, context, part_types, parts):
+        self.fp32_x(context, part_types[0], parts[0])
+        builder = self.builder
+        permute = declare(builder, "llvm.x86.avx512.permvar.sf.512", fvec(LANES), fvec(LANES), ivec(LANES))
+        table = context.make_array(part_types[1])(context, builder, parts[1]).data
+        levels = builder.load(builder.bitcast(table, fvec(LANES).as_pointer()), align=4)
+        self.lookup = lambda codes: builder.call(permute, [levels, codes])
+
+    def pair_step(self, pair, sums):
+        builder = self.builder
+        low_nibble, shift = ir.Constant(ivec(LANES), [15] * LANES), ir.Constant(ivec(LANES), [4] * LANES)
+        halves = []
+        for n in range(PANEL_VECTORS):
+            codes = self.loaded(pair, n, ivec(LANES))
+            halves.append((self.lookup(builder.and_(codes, low_nibble)), self.lookup(builder.lshr(codes, shift))))
+        self.fma_pairs(pair, halves, sums)
+
+    def block_scales(self, n):
+        return self.scale(0, n)
+
+    def fold(self, scales, m, sums, total):
+        (total_sum,) = sums
+        return self.builder.call(self.fma, [total_sum, scales, total])
+
+
 def _kind_of(parts) -> type[PanelBlock] | None:
     """Which block reads x_parts of these types, or None."""
     if not isinstance(parts, types.BaseTuple) or not c_arrays(*parts.types):
         return None
-    dtypes = tuple(a.dtype for a in parts.types)
-    if dtypes == (types.float32, types.float32):
-        return Fp32Block
-    if dtypes == (types.int32, types.float32, types.float32):
-        return Int16Block
-    return None
+    kinds = {((types.float32, 2), (types.float32, 2)): Fp32Block, ((types.float32, 2), (types.float32, 1)): Nf4Block,
+             ((types.int32, 3), (types.float32, 2), (types.float32, 2)): Int16Block}
+    return kinds.get(tuple((a.dtype, a.ndim) for a in parts.types))
 
 
-def panel_block(x_rows: int, block_pairs: int):
-    """The typing of intrinsic(panel, bounds, x_parts, block, j, t, totals)."""
-    def block(typingctx, panel, bounds, parts, first, j, t, totals):
+def panel_block(x_rows: int):
+    """The typing of intrinsic(panel, scales, x_parts, block, j, t, totals)."""
+    def block(typingctx, panel, scales, parts, b, j, t, totals):
         kind = _kind_of(parts)
-        if kind is None or not c_arrays(panel, bounds, totals):
+        if kind is None or not c_arrays(panel, scales, totals):
             return None
-        if (panel.dtype, bounds.dtype, totals.dtype) != (types.uint8, types.uint16, types.float32):
+        if (panel.dtype, scales.dtype, totals.dtype) != (types.uint8, types.uint16, types.float32):
             return None
 
         def codegen(context, builder, sig, args):
-            kind(context, builder, sig, args, x_rows, block_pairs).emit()
+            kind(context, builder, sig, args, x_rows).emit()
             return context.get_dummy_value()
-        return types.void(panel, bounds, parts, types.int64, types.int64, types.int64, totals), codegen
+        return types.void(panel, scales, parts, types.int64, types.int64, types.int64, totals), codegen
     return block
-

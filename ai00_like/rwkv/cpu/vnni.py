@@ -44,12 +44,6 @@ class RoundedInt8(Int8Panels):
     __slots__ = ()
 
 
-def pack(matrix) -> RoundedInt8 | None:
-    """The panels of a matrix that its model keeps for rounded activations (forms.PanelledInt8)."""
-    panels = getattr(matrix, "panels", None)
-    return panels if type(panels) is RoundedInt8 else None
-
-
 # Module-level kernels, compiled below where numba and AVX-512 are (skinny.py says why not nested).
 round_rows_here = None
 
@@ -94,11 +88,6 @@ def entry(W, x, out):  # pragma: no cover - compiled by numba
     product(W, x, out)
 
 
-def rounded_int8_matmul(x: np.ndarray, w: RoundedInt8) -> np.ndarray:
-    """x [M, K] · Wᵀ → [M, N], x rounded per row and block to 16-bit integers."""
-    return panels.matmul(_entry, x, w)
-
-
 @functools.cache
 def available() -> bool:
     """Whether numba compiles for a CPU with AVX-512 VNNI (this one, or NUMBA_CPU_FEATURES')."""
@@ -107,8 +96,9 @@ def available() -> bool:
 
 prange = panels.prange
 _entry = None
-if (_kernels := panels.compile_form(round_rows, product, entry)) is not None:
-    round_rows_here, round_rows, product, _entry = _kernels
+if (_kernels := panels.compile_form(product, entry, round_rows)) is not None:
+    product, _entry, round_rows_here, round_rows = _kernels
 
-ROUNDED_INT8 = WeightForm("int8, rounded activations", RoundedInt8, pack, rounded_int8_matmul, 1 << 30, None,
+rounded_int8_matmul = functools.partial(panels.matmul, _entry)  # x [M, K] · Wᵀ → [M, N], x rounded
+ROUNDED_INT8 = WeightForm("int8, rounded activations", RoundedInt8, panels.pack_for(RoundedInt8), rounded_int8_matmul, 1 << 30, None,
                           lambda w: w, product, None)
