@@ -1,21 +1,21 @@
-"""Int8 weights in panels of 48 rows, and the loop that multiplies them (AVX-512).
+"""Int8 and NF4 weights in panels of 48 rows, and the loop that multiplies them (AVX-512).
 
-quant.py's Int8 stores each row's 128-weight blocks as bytes q with the block's bounds:
-w = low + step · q, step = (high − low) / 255. Kept in rows (int8.py) a kernel's vector
-lanes run along a row's inputs, and every output ends in a sum across a vector's lanes;
-a few rows of x then keep the cores at half their rate. Kept in panels, a pair of inputs
-of each of 48 rows side by side, one load of 32 bytes is a pair of 16 rows: the lanes run
-along the outputs, x's values are broadcast, and the same kernel serves a decoding step's
-one row and a prompt's chunk (panels_ir.py). Where the CPU has AVX-512 a model keeps its
-Int8 matrices this way (forms.keep_in_panels), and multiplies them either with fp32
-activations (panel_int8.py, the default) or with activations rounded to 16-bit integers
-(vnni.py, `exact = false`): each its weight form, whose matrices are of a subclass of
-`Int8Panels` of its own.
+Kept in rows (int8.py, nf4.py), a kernel's vector lanes run along a row's inputs, and
+every output ends in a sum across a vector's lanes; a few rows of x then keep the cores
+at half their rate. Kept in panels, a pair of inputs of each of 48 rows side by side (2
+bytes a row for Int8, one for NF4's two codes), one load is a pair of 16 rows: the lanes
+run along the outputs, x's values are broadcast, and the same kernel serves a decoding
+step's one row and a prompt's chunk (panels_ir.py). Where the CPU has AVX-512 a model
+keeps its Int8 and NF4 matrices this way (forms.keep_in_panels) and multiplies them with
+fp32 activations (panel_int8.py, panel_nf4.py: the default), or Int8 with activations
+rounded to 16-bit integers (vnni.py, `exact = false`): each its weight form, whose
+matrices are of a subclass of `Int8Panels` or `Nf4Panels` of its own.
 
-`panel_product` is the loop both run: each task a share of the panels, each panel's
-block of weights (6 KiB, in L1) against up to GROUP_ROWS rows of x in register blocks of
-8, 4, 2 and 1 rows. A row's result is the same to the bit whichever register block took
-it, so it does not depend on the other rows of its step or on its prompt's chunking.
+`panel_product` is the loop they all run: each task a share of the panels, each panel's
+block of weights (6 KiB of Int8, in L1) against up to GROUP_ROWS rows of x in register
+blocks of 8, 4, 2 and 1 rows. A row's result is the same to the bit whichever register
+block took it, so it does not depend on the other rows of its step or on its prompt's
+chunking.
 """
 
 from __future__ import annotations
@@ -130,16 +130,17 @@ prange = range
 block8 = block4 = block2 = block1 = None
 
 
-def panel_product(q, bounds, x_parts, out):  # pragma: no cover - compiled by numba
-    """out = x · Wᵀ for W's panels (q, bounds) and x as x_parts (panels_ir.py's kinds)."""
+def panel_product(q, scales, x_parts, out):  # pragma: no cover - compiled by numba
+    """out = x · Wᵀ for W's panels (q, and its blocks' scales) and x as x_parts (one of
+    panels_ir.py's kinds)."""
     panels = q.shape[0]
     M, N = out.shape
-    blocks = bounds.shape[1]
+    blocks = scales.shape[1]
     tasks = min(panels, MAX_TASKS)
     for task in prange(tasks):
         totals = np.empty((min(M, GROUP_ROWS), PANEL), dtype=np.float32)
         for p in range(task * panels // tasks, (task + 1) * panels // tasks):
-            panel, panel_bounds = q[p], bounds[p]
+            panel, panel_scales = q[p], scales[p]
             first = p * PANEL
             for group in range(0, M, GROUP_ROWS):
                 last = min(M, group + GROUP_ROWS)
@@ -147,22 +148,22 @@ def panel_product(q, bounds, x_parts, out):  # pragma: no cover - compiled by nu
                 for b in range(blocks):
                     j = group
                     while j + 8 <= last:
-                        block8(panel, panel_bounds, x_parts, b, j, group, totals)
+                        block8(panel, panel_scales, x_parts, b, j, group, totals)
                         j += 8
                     if j + 4 <= last:
-                        block4(panel, panel_bounds, x_parts, b, j, group, totals)
+                        block4(panel, panel_scales, x_parts, b, j, group, totals)
                         j += 4
                     if j + 2 <= last:
-                        block2(panel, panel_bounds, x_parts, b, j, group, totals)
+                        block2(panel, panel_scales, x_parts, b, j, group, totals)
                         j += 2
                     if j < last:
-                        block1(panel, panel_bounds, x_parts, b, j, group, totals)
+                        block1(panel, panel_scales, x_parts, b, j, group, totals)
                 for m in range(group, last):
                     for o in range(min(PANEL, N - first)):
                         out[m, first + o] = totals[m - group, o]
 
 
-def matmul(entry, x: np.ndarray, w: Int8Panels) -> np.ndarray:
+def matmul(entry, x: np.ndarray, w: Int8Panels | Nf4Panels) -> np.ndarray:
     """x [M, K] · Wᵀ → [M, N] through a form's compiled `entry(W, x, out)`."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)

@@ -1,4 +1,4 @@
-"""The LLVM IR of the products with Int8 weights in panels (panels.py), AVX-512.
+"""The LLVM IR of the products with Int8 and NF4 weights in panels (panels.py), AVX-512.
 
 Lanes run along 16 weight rows (outputs): lane o of a weight vector holds weights 2p and
 2p + 1 of row o, and x's pair p is broadcast. The weights are stored that way (a panel of
@@ -6,7 +6,7 @@ Lanes run along 16 weight rows (outputs): lane o of a weight vector holds weight
 they are loaded. Lanes along the outputs need no sum across a vector's lanes, so
 one kernel serves every row count, from a decoding step's one row to a prompt's chunk. A
 call multiplies a block of `x_rows` rows of x (8, 4, 2 or 1) by the panel's 3 weight
-vectors over one weight block of 128 inputs; each block's sums start from zero and are
+vectors over one weight block (128 inputs of Int8, 64 of NF4); each block's sums start from zero and are
 folded into the rows' totals block after block, in order, so a row's result is the same
 whichever block of rows took it. (Taking several weight blocks at once for one row of x,
 for more chains of sums side by side, read the weights as several streams: a 128 MiB head
@@ -23,9 +23,9 @@ Three kinds, told apart by the types of `x_parts`:
   every row). The fold: total = fma(sum, step, total); total = fma(low, Σx, total).
 * NF4 weights, fp32 x (panel_nf4.py): `(x [M, K] float32, levels [16] float32)`. A
   panel's pair is a byte a row, its two codes the low and high nibble, looked up in the 16
-  levels held in a register (one permute for 16 rows), then two FMAs as above. The fold: total =
-  fma(sum, absmax, total).
-* x rounded to 16-bit integers (vnni.py): `(xq [blocks, M, pairs] int32, x_scale,
+  levels held in a register (one permute for 16 rows), then two FMAs as above. The fold:
+  total = fma(sum, absmax, total).
+* Int8 weights, x rounded to 16-bit integers (vnni.py): `(xq [blocks, M, pairs] int32, x_scale,
   x_sum [M, blocks])`. `vpdpwssd` multiplies the pairs (32 multiply-adds an instruction,
   an fp32 FMA's 16) into exact 32-bit sums, in any order. The fold:
   total = fma(float(Σ q·xq), step · x_scale, total); total = fma(low, x_sum, total).
