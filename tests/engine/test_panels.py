@@ -136,7 +136,13 @@ def test_a_model_holds_its_matrices_once_in_panels(monkeypatch, kind):
     in_rows = CpuModel(quantised_v7(kind=kind)[0], info)
     assert isinstance(in_rows.head, int8.PackedInt8)
     assert isinstance(in_rows.blocks[0].channel_mix.W["key"], KINDS[kind][0])
-    prompt = np.random.default_rng(0).integers(1, info.vocab, 200).tolist()
+    assert_answers_as_in_rows(model, in_rows, info.vocab)
+
+
+def assert_answers_as_in_rows(model, in_rows, vocab: int) -> tuple[list[int], np.ndarray]:
+    """A model in panels gives the logits of one in rows to fp32's order of sums, and its
+    decoding step what its prompt's chunk gave; the prompt and those logits."""
+    prompt = np.random.default_rng(0).integers(1, vocab, 200).tolist()
     want, _ = in_rows.forward(prompt, full_output=True)
     got, _ = model.forward(prompt, full_output=True)
     error = np.abs(got - want).max(axis=1) / want.std(axis=1)
@@ -144,11 +150,12 @@ def test_a_model_holds_its_matrices_once_in_panels(monkeypatch, kind):
     _, state = model.forward(prompt[:-1])
     stepped, _ = model.forward(prompt[-1:], state)
     assert np.abs(stepped - got[-1]).max() < 1e-4 * got[-1].std()
+    return prompt, got
 
 
 def test_without_avx512_a_model_keeps_its_matrices_in_rows(tmp_path):
     """numba compiling for an AVX2 CPU: no panels; a dict another model put in panels goes
-    back to rows, and the model answers."""
+    back to rows, and the model answers; a bf16 model keeps its matrices in rows."""
     printed = run_compiled_for(tmp_path, "haswell", AVX2_ONLY,
         "import sys\n"
         f"sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
@@ -163,5 +170,9 @@ def test_without_avx512_a_model_keeps_its_matrices_in_rows(tmp_path):
         "assert isinstance(model.head, int8.PackedInt8) and not any(isinstance(m, forms.Panelled) for m in tensors.values())\n"
         "assert isinstance(model.blocks[0].channel_mix.W['key'], nf4.PackedNF4)\n"
         "assert np.isfinite(model.forward([1, 2, 3])[0]).all()\n"
+        "from ai00_like.rwkv.cpu import panel_bf16\n"
+        "from test_bf16_panels import bf16_v7\n"
+        "panel_bf16.PANEL_WIDTH = 0\n"
+        "assert isinstance(CpuModel(*bf16_v7()).head, np.ndarray)\n"
         "print('rows')\n")
     assert "rows" in printed

@@ -22,6 +22,8 @@ from . import vnni
 from .arena import Arena
 from .blocks import Block, Context
 from .forms import PANEL_KINDS, keep_in_panels
+from .panel_bf16 import in_panels as bf16_in_panels
+from .panel_bf16 import keeps_bf16_panels
 from .fused7 import DecodeLayers
 from .jit import compiling_ahead, in_passing_thread, kernels_on, numpy_only, release_compiler_pages, warmed_marker
 from .ops import COMPILED_ROWS, SKINNY_ROWS, kernel_set, keeps_16bit, kernel_form, linear, pinned_blas_note, threads_for
@@ -49,7 +51,8 @@ class CpuModel:
         activations rounded to 16-bit integers where the CPU has AVX-512 VNNI (vnni.py) and
         `exact` is False; by default every product keeps fp32 activations. Where the CPU has
         AVX-512 they are replaced in `tensors` by the same numbers in panels
-        (forms.Panelled), which every product of either kind reads; NF4 matrices too."""
+        (forms.Panelled), which every product of either kind reads; NF4 matrices too; a wide
+        model's bf16 ones too, once built (panel_bf16.py)."""
         prepare()
         self.info = info
         self.precision = precision = kept_precision(tensors, precision)
@@ -63,8 +66,10 @@ class CpuModel:
         # the embedding: the (possibly memory-mapped) embedding is never duplicated.
         self.emb = tensors["emb.weight"]
         self.ln0 = (vec("blocks.0.ln0.weight"), vec("blocks.0.ln0.bias"))
-        # The matrices streamed every token go to huge pages where the system has them.
-        arena = Arena.for_tensors(tensors, precision)
+        # The matrices streamed every token go to huge pages where the system has them; a
+        # wide model's bf16 ones go in panels instead (panel_bf16.py), numpy's huge pages.
+        bf16_panels = keeps_bf16_panels(precision, info.n_embd)
+        arena = None if bf16_panels else Arena.for_tensors(tensors, precision)
         self.blocks = []
         for i in range(info.n_layer):
             self.blocks.append(Block(tensors, info, i, precision, arena))
@@ -72,6 +77,8 @@ class CpuModel:
                 progress(i + 1, info.n_layer + 1)
         self.ln_out = (vec("ln_out.weight"), vec("ln_out.bias"))
         self.head = kernel_form(stored(tensors["head.weight"], precision, "head.weight", source, arena))
+        if bf16_panels:
+            self.head = _bf16_in_panels(self.blocks, self.head)
         if _projections_all(self.blocks, PANEL_KINDS):
             self.compiled_rows = 1 << 30  # every product in the compiled kernels, numba on the cores
         # A decoding step (each row the next token of its own slot) runs each v7 layer as one
@@ -217,7 +224,8 @@ class CpuModel:
 
     def _head(self, x: np.ndarray) -> np.ndarray:
         x = layer_norm(x, *self.ln_out)
-        if x.shape[0] == 1 or x.shape[0] > SKINNY_ROWS or (skinny_matmul is not None and kernels_on()):
+        if x.shape[0] == 1 or x.shape[0] > SKINNY_ROWS or (skinny_matmul is not None and kernels_on()) \
+                or not isinstance(self.head, np.ndarray):
             return linear(x, self.head)
         # Without numba, a few rows against the vocabulary-sized head: in blocks of rows that
         # stay in cache with xᵀ, which OpenBLAS does ~20% faster than in one product.
@@ -249,6 +257,14 @@ def _decoding(plan: BatchPlan) -> bool:
 
 def _projections(blocks) -> list:
     return [m for b in blocks for mix in (b.time_mix, b.channel_mix) for m in mix.W.values()]
+
+
+def _bf16_in_panels(blocks, head):
+    """The blocks' projections put in panels in place (panel_bf16.in_panels), and the head's."""
+    for block in blocks:
+        for mix in (block.time_mix, block.channel_mix):
+            mix.W = {name: bf16_in_panels(matrix) for name, matrix in mix.W.items()}
+    return bf16_in_panels(head)
 
 
 def _projections_all(blocks, kind: type) -> bool:

@@ -1,15 +1,16 @@
-"""Int8 and NF4 weights in panels of 48 rows, and the loop that multiplies them (AVX-512).
+"""Int8, NF4 and bf16 weights in panels of 48 rows, and the loop that multiplies them (AVX-512).
 
-Kept in rows (int8.py, nf4.py), a kernel's vector lanes run along a row's inputs, and
+Kept in rows (int8.py, nf4.py, skinny.py), a kernel's vector lanes run along a row's inputs, and
 every output ends in a sum across a vector's lanes; a few rows of x then keep the cores
 at half their rate. Kept in panels, a pair of inputs of each of 48 rows side by side (2
-bytes a row for Int8, one for NF4's two codes), one load is a pair of 16 rows: the lanes
+bytes a row for Int8, one for NF4's two codes, 4 for bf16), one load is a pair of 16 rows: the lanes
 run along the outputs, x's values are broadcast, and the same kernel serves a decoding
 step's one row and a prompt's chunk (panels_ir.py). Where the CPU has AVX-512 a model
-keeps its Int8 and NF4 matrices this way (forms.keep_in_panels) and multiplies them with
-fp32 activations (panel_int8.py, panel_nf4.py: the default), or Int8 with activations
-rounded to 16-bit integers (vnni.py, `exact = false`): each its weight form, whose
-matrices are of a subclass of `Int8Panels` or `Nf4Panels` of its own.
+keeps its Int8 and NF4 matrices this way (forms.keep_in_panels), and its bf16 projections
+and head as its layers are built (panel_bf16.py), and multiplies them with fp32
+activations (panel_int8.py, panel_nf4.py, panel_bf16.py: the default), or Int8 with
+activations rounded to 16-bit integers (vnni.py, `exact = false`): each its weight form,
+whose matrices are of a subclass of `Int8Panels`, `Nf4Panels` or `Bf16Panels` of its own.
 
 `panel_product` is the loop they all run: each task a share of the panels, each panel's
 block of weights (6 KiB of Int8, in L1) against up to GROUP_ROWS rows of x in register
@@ -30,6 +31,7 @@ from .jit import launch, read_only
 
 INT8_BLOCK = 128  # quant.py's Int8 block (not imported: forms.py imports this module, and quant.py is deep)
 PANEL = 48  # weight rows a panel: panels_ir's 3 vectors of 16
+CACHE_LINE = 64
 # Rows of x the kernel takes through all the weight blocks before the next rows: their
 # totals (24 KiB) stay in L1 and their x in L2.
 GROUP_ROWS = 128
@@ -39,14 +41,30 @@ MAX_TASKS = 64
 
 
 def panelled(pairs: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A matrix's pairs of inputs [N, K/2, width bytes] and block scales [N, blocks, count]
-    in panels: [panels, K/2, width · PANEL], pair p of each of a panel's rows side by side,
-    and [panels, blocks, count, PANEL], a panel's rows side by side. Rows past N are zero."""
+    """A matrix's pairs of inputs [N, K/2, width] and block scales [N, blocks, count] in
+    panels: [panels, K/2, width · PANEL], pair p of each of a panel's rows side by side,
+    and [panels, blocks, count, PANEL], a panel's rows side by side. Rows past N are zero.
+    Written a panel at a time: no whole copy of the matrix on the way (a 1.5B model's bf16
+    head is 256 MiB)."""
     rows, n_pairs, width = pairs.shape
     panels = -(-rows // PANEL)
-    q = _in_panels(pairs, panels).transpose(0, 2, 1, 3).reshape(panels, n_pairs, width * PANEL)
-    kept = (q, _in_panels(scales, panels).transpose(0, 2, 3, 1))
-    return tuple(read_only(np.ascontiguousarray(a)) for a in kept)
+    q = _zeros_on_lines((panels, n_pairs, width * PANEL), pairs.dtype)
+    kept_scales = np.zeros((panels, *scales.shape[1:], PANEL), scales.dtype)
+    for p in range(panels):
+        part = slice(p * PANEL, (p + 1) * PANEL)
+        count = len(pairs[part])
+        q[p].reshape(n_pairs, PANEL, width)[:, :count] = pairs[part].transpose(1, 0, 2)
+        kept_scales[p, ..., :count] = scales[part].transpose(1, 2, 0)
+    return read_only(q), read_only(kept_scales)
+
+
+def _zeros_on_lines(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """np.zeros starting on a cache line: numpy's large arrays start 16 bytes past one, and
+    every other 64-byte load of a panel then spans two lines."""
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    raw = np.zeros(nbytes + CACHE_LINE, np.uint8)
+    start = -raw.ctypes.data % CACHE_LINE
+    return raw[start : start + nbytes].view(dtype).reshape(shape)
 
 
 def in_rows(q: np.ndarray, scales: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:
@@ -55,13 +73,6 @@ def in_rows(q: np.ndarray, scales: np.ndarray, rows: int) -> tuple[np.ndarray, n
     pairs = q.reshape(panels, n_pairs, PANEL, -1).transpose(0, 2, 1, 3).reshape(panels * PANEL, -1)
     scales = scales.transpose(0, 3, 1, 2).reshape(panels * PANEL, -1)
     return np.ascontiguousarray(pairs[:rows]), np.ascontiguousarray(scales[:rows])
-
-
-def _in_panels(a: np.ndarray, panels: int) -> np.ndarray:
-    """a [N, …] as [panels, PANEL, …], the rows past N zero."""
-    whole = np.zeros((panels * PANEL, *a.shape[1:]), a.dtype)
-    whole[: len(a)] = a
-    return whole.reshape(panels, PANEL, *a.shape[1:])
 
 
 class Int8Panels(NamedTuple):
@@ -92,6 +103,38 @@ class Int8Panels(NamedTuple):
     def packed(self) -> tuple[np.ndarray, np.ndarray]:
         """(q [N, K], bounds [N, 2·K/128]) in rows again, as int8.PackedInt8 holds them."""
         return in_rows(self.q, self.bounds, self.rows)
+
+
+class Bf16Panels(NamedTuple):
+    """A bf16 matrix of `rows` × K as the kernels read it (`panelled`): q [panels, K/2,
+    2 · PANEL] bit patterns (a row's pair of inputs, one 32-bit lane), and `scales`, none
+    ([panels, K/64, 0, PANEL]: the loop's count of blocks). The form's matrices are
+    panel_bf16.PanelBf16."""
+
+    q: np.ndarray
+    scales: np.ndarray
+    rows: int
+
+    BLOCK = 64  # inputs a block: panels_ir.Bf16Block's
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.rows, 2 * self.q.shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        return self.q.nbytes
+
+    @classmethod
+    def of(cls, bits: np.ndarray):
+        """A matrix's bf16 bit patterns [N, K] as uint16 in panels."""
+        rows, cols = bits.shape
+        no_scales = np.zeros((rows, cols // cls.BLOCK, 0), np.uint16)
+        return cls(*panelled(bits.reshape(rows, cols // 2, 2), no_scales), rows)
+
+    def packed(self) -> np.ndarray:
+        """The bit patterns [N, K] in rows again."""
+        return in_rows(self.q, self.scales, self.rows)[0]
 
 
 class Nf4Panels(NamedTuple):
@@ -163,7 +206,7 @@ def panel_product(q, scales, x_parts, out):  # pragma: no cover - compiled by nu
                         out[m, first + o] = totals[m - group, o]
 
 
-def matmul(entry, x: np.ndarray, w: Int8Panels | Nf4Panels) -> np.ndarray:
+def matmul(entry, x: np.ndarray, w: Int8Panels | Nf4Panels | Bf16Panels) -> np.ndarray:
     """x [M, K] · Wᵀ → [M, N] through a form's compiled `entry(W, x, out)`."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)

@@ -1,4 +1,4 @@
-"""The LLVM IR of the products with Int8 and NF4 weights in panels (panels.py), AVX-512.
+"""The LLVM IR of the products with Int8, NF4 and bf16 weights in panels (panels.py), AVX-512.
 
 Lanes run along 16 weight rows (outputs): lane o of a weight vector holds weights 2p and
 2p + 1 of row o, and x's pair p is broadcast. The weights are stored that way (a panel of
@@ -15,7 +15,7 @@ took 1.2–2× as long.) Each call asks for the lines of the weights two blocks 
 for the prefetchers to lose the stream (on two Zen 5 cores, 16 rows of x against 1.5B's
 8,192 × 2,048 matrices: 2.5 → 1.4 ms; its 65,536-row head 23 → 13 ms).
 
-Three kinds, told apart by the types of `x_parts`:
+Four kinds, told apart by the types of `x_parts`:
 
 * Int8 weights, fp32 x (panel_int8.py, exact): `(x [M, K] float32, x_sum [M, blocks])`.
   A pair's two weights are split out of the widened lane (the low and high 16 bits), made
@@ -25,6 +25,10 @@ Three kinds, told apart by the types of `x_parts`:
   panel's pair is a byte a row, its two codes the low and high nibble, looked up in the 16
   levels held in a register (one permute for 16 rows), then two FMAs as above. The fold:
   total = fma(sum, absmax, total).
+* bf16 weights, fp32 x (panel_bf16.py): `(x [M, K] float32,)`. A pair is a row's two bf16
+  in one 32-bit lane: the first is the lane shifted up 16 bits, the second the lane with
+  its low 16 bits cleared, each an fp32 as it stands; two FMAs as above. No scales: the
+  fold is total = total + sum.
 * Int8 weights, x rounded to 16-bit integers (vnni.py): `(xq [blocks, M, pairs] int32, x_scale,
   x_sum [M, blocks])`. `vpdpwssd` multiplies the pairs (32 multiply-adds an instruction,
   an fp32 FMA's 16) into exact 32-bit sums, in any order. The fold:
@@ -74,13 +78,15 @@ class PanelBlock:
     BLOCK_PAIRS = 64  # pairs of inputs a weight block
     SCALES = 2  # fp16 scales a block and row
     chains = 1  # sets of sums, alternate pairs (only integer sums may be split so)
+    PANEL_DTYPE = types.uint8  # what the panel's array holds
     zero = ir.Constant(fvec(LANES), None)
 
     def __init__(self, context, builder, sig, args, x_rows):
         panel_t, scales_t, parts_t, _, _, _, totals_t = sig.args
         panel, scales, parts, self.block, j, t, totals = args
         self.builder, self.x_rows = builder, x_rows
-        self.panel = context.make_array(panel_t)(context, builder, panel).data
+        # Addressed in bytes, whatever the array holds.
+        self.panel = builder.bitcast(context.make_array(panel_t)(context, builder, panel).data, I8.as_pointer())
         self.scales = context.make_array(scales_t)(context, builder, scales).data
         self.rows = [builder.add(j, index(m)) for m in range(x_rows)]
         self.totals = [row_pointer(context, builder, totals_t, totals, builder.sub(r, t))[0] for r in self.rows]
@@ -270,12 +276,41 @@ class Nf4Block(PanelBlock):
         return self.builder.call(self.fma, [total_sum, scales, total])
 
 
+class Bf16Block(PanelBlock):
+    """bf16 weights, x in fp32 (panel_bf16.py): x_parts = (x [M, K],). A block is 64
+    inputs (6 KiB of a panel, as Int8's 128)."""
+
+    ROW_BYTES, BLOCK_PAIRS, SCALES = 4, 32, 0
+    PANEL_DTYPE = types.uint16
+
+    def read_x(self, context, part_types, parts):
+        self.fp32_x(context, part_types[0], parts[0])
+
+    def pair_step(self, pair, sums):
+        builder = self.builder
+        shift, high = ir.Constant(ivec(LANES), [16] * LANES), ir.Constant(ivec(LANES), [0xFFFF0000] * LANES)
+        halves = []
+        for n in range(PANEL_VECTORS):
+            address = builder.gep(self.panel, [builder.add(self.pair_bytes(pair), index(self.ROW_BYTES * LANES * n))])
+            lanes = builder.load(builder.bitcast(address, ivec(LANES).as_pointer()), align=4)
+            halves.append((builder.bitcast(builder.shl(lanes, shift), fvec(LANES)),
+                           builder.bitcast(builder.and_(lanes, high), fvec(LANES))))
+        self.fma_pairs(pair, halves, sums)
+
+    def block_scales(self, n):
+        return None
+
+    def fold(self, scales, m, sums, total):
+        return self.builder.fadd(total, sums[0])
+
+
 def _kind_of(parts) -> type[PanelBlock] | None:
     """Which block reads x_parts of these types, or None."""
     if not isinstance(parts, types.BaseTuple) or not c_arrays(*parts.types):
         return None
     kinds = {((types.float32, 2), (types.float32, 2)): Fp32Block, ((types.float32, 2), (types.float32, 1)): Nf4Block,
-             ((types.int32, 3), (types.float32, 2), (types.float32, 2)): Int16Block}
+             ((types.int32, 3), (types.float32, 2), (types.float32, 2)): Int16Block,
+             ((types.float32, 2),): Bf16Block}
     return kinds.get(tuple((a.dtype, a.ndim) for a in parts.types))
 
 
@@ -285,7 +320,7 @@ def panel_block(x_rows: int):
         kind = _kind_of(parts)
         if kind is None or not c_arrays(panel, scales, totals):
             return None
-        if (panel.dtype, scales.dtype, totals.dtype) != (types.uint8, types.uint16, types.float32):
+        if (panel.dtype, scales.dtype, totals.dtype) != (kind.PANEL_DTYPE, types.uint16, types.float32):
             return None
 
         def codegen(context, builder, sig, args):
