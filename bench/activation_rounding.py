@@ -15,8 +15,11 @@ opening of Genesis), and for Int8 and NF4 weights against their own unrounded se
 
 "int16/128" is what `[model] exact = false` does to Int8 products on a CPU with AVX-512
 VNNI (cpu/vnni.py); where the CPU has it, the "VNNI" line measures those kernels themselves.
+"bf16" is what it does to bf16 products on a CPU with AVX-512 BF16 (cpu/rounded_bf16.py);
+the "BF16" line measures those kernels, against the same model in bf16 with exact products
+(the demo's fp16 weights rounded to bf16 for both). `--kernels-only` measures just those lines.
 
-    .venv/bin/python bench/activation_rounding.py [--positions 2000] [--versions 7,6]
+    .venv/bin/python bench/activation_rounding.py [--positions 2000] [--versions 7,6] [--kernels-only]
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from shapes import SHAPES
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ai00_like.rwkv import load_model
-from ai00_like.rwkv.cpu import blocks, vnni
+from ai00_like.rwkv.cpu import blocks, rounded_bf16, vnni
 from ai00_like.rwkv.cpu import model as cpu_model
 from ai00_like.rwkv.cpu.model import CpuModel
 from ai00_like.rwkv.info import detect
@@ -117,18 +120,29 @@ def cases(versions: list[str], positions: int):
         tensors = checkpoint(version)
         info = detect({k: a.shape for k, a in tensors.items()})
         prompt = np.random.default_rng(0).integers(1, info.vocab, positions).tolist()
-        yield f"v{version} 0.1B", prompt, lambda kind, exact=True, t=tensors, i=info: CpuModel(
-            t if kind == "bf16" else quantise_tensors(t, i.n_layer, kind), i, max_batch=1, exact=exact)
+        yield f"v{version} 0.1B", prompt, lambda kind, t=tensors, i=info, **kw: CpuModel(
+            t if kind == "bf16" else quantise_tensors(t, i.n_layer, kind), i, max_batch=1, **kw)
     demo = MODELS / "demo.st"
     prompt = load_tokenizer(MODELS / "demo_vocab.txt").encode(GENESIS)
-    yield "demo", prompt, lambda kind, exact=True: load_model(demo, device="cpu", precision="fp32", exact=exact, **(
+    yield "demo", prompt, lambda kind, **kw: load_model(demo, device="cpu", **{"precision": "fp32", **kw}, **(
         {} if kind == "bf16" else {"quant": 99, "quant_type": kind}))
+
+
+def kernels_line(results: dict, row: tuple[str, str, str], prompt: list[int], want: np.ndarray, model) -> None:
+    """The figures of a model whose kernels round the activations (exact = false), against
+    `want`; row: (model, weights, kernels) as the table names them."""
+    figures = compare(model.forward(prompt, full_output=True)[0], want)
+    name, weights, label = row
+    results[f"{name}, {weights} weights, {label} kernels ({len(prompt)} positions)"] = figures
+    print(f"{name:<9} {weights:<8} {label:<11} {figures['worst']:8.4f} {figures['p99']:8.4f} "
+          f"{figures['median']:8.4f} {figures['top1']:7.3f}", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--positions", type=int, default=2000)
     parser.add_argument("--versions", default="7,6")
+    parser.add_argument("--kernels-only", action="store_true", help="only the rounding kernels this CPU has")
     parser.add_argument("--no-save", action="store_true", help=record.NO_SAVE_HELP)
     args = parser.parse_args()
     results = {}
@@ -137,18 +151,16 @@ def main() -> None:
         for weights in ("bf16", "int8", "nf4"):  # the demo's "bf16" row is its fp16 weights
             model = make(weights)
             want = logits(model, prompt, None)
-            for rounded, rounding in ROUNDINGS.items():
+            for rounded, rounding in {} if args.kernels_only else ROUNDINGS.items():
                 figures = compare(logits(model, prompt, rounding), want)
                 results[f"{name}, {weights} weights, {rounded} activations ({len(prompt)} positions)"] = figures
                 print(f"{name:<9} {weights:<8} {rounded:<11} {figures['worst']:8.4f} {figures['p99']:8.4f} "
                       f"{figures['median']:8.4f} {figures['top1']:7.3f}", flush=True)
-            if weights == "int8" and vnni.available():  # the kernels themselves (exact = false)
-                rounded_model = make(weights, exact=False)
-                figures = compare(rounded_model.forward(prompt, full_output=True)[0], want)
-                results[f"{name}, {weights} weights, VNNI kernels ({len(prompt)} positions)"] = figures
-                print(f"{name:<9} {weights:<8} {'VNNI':<11} {figures['worst']:8.4f} {figures['p99']:8.4f} "
-                      f"{figures['median']:8.4f} {figures['top1']:7.3f}", flush=True)
-                del rounded_model
+            if weights == "int8" and vnni.available():
+                kernels_line(results, (name, weights, "VNNI"), prompt, want, make(weights, exact=False))
+            if weights == "bf16" and rounded_bf16.available():  # against the same weights in bf16, exact
+                want = make(weights, precision="bf16").forward(prompt, full_output=True)[0]
+                kernels_line(results, (name, weights, "BF16"), prompt, want, make(weights, precision="bf16", exact=False))
             del model, want
     print(json.dumps(results))
     record.save("activation_rounding", results, args)

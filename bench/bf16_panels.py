@@ -1,12 +1,18 @@
-"""bf16 matrices in panels against rows, one process (cpu/panel_bf16.py).
+"""bf16 matrices in panels against rows, or rounded activations against exact ones, one
+process (cpu/panel_bf16.py, cpu/rounded_bf16.py).
 
-The seeded bf16 `.pth` of a shape is loaded twice, once with its projections and head in
-panels (as a model at least panel_bf16.PANEL_WIDTH wide keeps them on AVX-512) and once in
-rows, and each step of one is followed by the same step of the other, so the machine's
-changes of speed fall on both. Prints tokens/s of each, the median step-time ratio
-(rows / panels) at each batch, and the logits' largest difference over their spread.
+The seeded bf16 `.pth` of a shape is loaded twice, and each step of one is followed by the
+same step of the other, so the machine's changes of speed fall on both:
 
-    .venv/bin/python bench/bf16_panels.py --shape 1.5B
+* `--against rows` (the default): its projections and head in panels (as a model at least
+  panel_bf16.PANEL_WIDTH wide keeps them on AVX-512), and in rows;
+* `--against exact`: in panels with activations rounded to bf16 (`exact = false`, AVX-512
+  BF16), and in panels with fp32 activations (`exact = true`).
+
+Prints tokens/s of each, the median step-time ratio (the second's over the first's) at each
+batch, and the logits' largest difference over their spread.
+
+    .venv/bin/python bench/bf16_panels.py --shape 1.5B [--against exact]
 """
 
 from __future__ import annotations
@@ -23,21 +29,24 @@ from shapes import SHAPES, bf16_checkpoint
 from ai00_like.rwkv import load_model
 from ai00_like.rwkv.batch import StepInput
 from ai00_like.rwkv.cpu import model as cpu_model
-from ai00_like.rwkv.cpu import panels
+from ai00_like.rwkv.cpu import panels, rounded_bf16
 
 BATCHES = (1, 2, 4, 8, 16)
 
 
-def load_both(path: str):
+def load_both(path: str, against: str):
+    """(name, model) of the form measured, then of the one it is measured against."""
     in_panels = cpu_model.keeps_bf16_panels
-    cpu_model.keeps_bf16_panels = lambda precision, width: precision == "bf16" and panels.available()
+    cpu_model.keeps_bf16_panels = lambda precision, *_: precision == "bf16" and panels.available()
+    load = lambda **kw: load_model(path, device="cpu", max_batch=max(BATCHES), **kw)
     try:
-        wide = load_model(path, device="cpu", max_batch=max(BATCHES))
-        cpu_model.keeps_bf16_panels = lambda precision, width: False
-        rows = load_model(path, device="cpu", max_batch=max(BATCHES))
+        if against == "exact":
+            return ("rounded", load(exact=False)), ("panels", load(exact=True))
+        wide = load()
+        cpu_model.keeps_bf16_panels = lambda *_: False
+        return ("panels", wide), ("rows", load())
     finally:
         cpu_model.keeps_bf16_panels = in_panels
-    return wide, rows
 
 
 def paired(a, b, run, count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -51,22 +60,28 @@ def paired(a, b, run, count: int) -> tuple[np.ndarray, np.ndarray]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", choices=list(SHAPES), default="0.1B")
+    parser.add_argument("--against", choices=("rows", "exact"), default="rows",
+                        help="panels against rows, or rounded activations against exact ones")
     parser.add_argument("--no-save", action="store_true", help=record.NO_SAVE_HELP)
     args = parser.parse_args()
-    wide, rows = load_both(str(bf16_checkpoint(args.shape)))
-    assert panels.available() and type(wide.head) is not type(rows.head), "no AVX-512: nothing to compare"
+    (a_name, a), (b_name, b_model) = load_both(str(bf16_checkpoint(args.shape)), args.against)
+    assert panels.available() and (args.against == "rows" or rounded_bf16.available()) \
+        and type(a.head) is not type(b_model.head), "no AVX-512 (BF16): nothing to compare"
     prompt = np.random.default_rng(0).integers(0, SHAPES[args.shape]["vocab"], 512).tolist()
-    want, _ = rows.forward(prompt[:64], full_output=True)
-    got, _ = wide.forward(prompt[:64], full_output=True)
-    results = {"shape": args.shape, "logit_error": float((np.abs(got - want).max(axis=1) / want.std(axis=1)).max())}
+    want, _ = b_model.forward(prompt[:64], full_output=True)
+    got, _ = a.forward(prompt[:64], full_output=True)
+    results = {"shape": args.shape, "against": args.against,
+               "logit_error": float((np.abs(got - want).max(axis=1) / want.std(axis=1)).max()),
+               "top1_agreement": float(np.mean(got.argmax(axis=1) == want.argmax(axis=1)))}
     for n in (128, 512):
-        ta, tb = paired(wide, rows, lambda m: m.forward(prompt[:n]), 3)
-        results[f"prefill_{n}"] = {"panels_tps": n / ta.min(), "rows_tps": n / tb.min()}
+        ta, tb = paired(a, b_model, lambda m: m.forward(prompt[:n]), 3)
+        results[f"prefill_{n}"] = {f"{a_name}_tps": n / ta.min(), f"{b_name}_tps": n / tb.min(),
+                                   "ratio": float(tb.min() / ta.min())}
     for b in BATCHES:
         inputs = [StepInput(slot, [prompt[slot]]) for slot in range(b)]
-        paired(wide, rows, lambda m: m.step(inputs), 3)
-        ta, tb = paired(wide, rows, lambda m: m.step(inputs), max(24, 96 // b))
-        results[f"batch_{b}"] = {"panels_tps": b / float(np.median(ta)), "rows_tps": b / float(np.median(tb)),
+        paired(a, b_model, lambda m: m.step(inputs), 3)
+        ta, tb = paired(a, b_model, lambda m: m.step(inputs), max(24, 96 // b))
+        results[f"batch_{b}"] = {f"{a_name}_tps": b / float(np.median(ta)), f"{b_name}_tps": b / float(np.median(tb)),
                                  "ratio": float(np.median(tb / ta))}
     for name, figures in results.items():
         print(name, figures if not isinstance(figures, dict) else

@@ -16,7 +16,7 @@ from ai00_like.rwkv.cpu.model import CpuModel
 from ai00_like.rwkv.formats import bf16_to_f32, f32_to_bf16, is_bf16
 from ai00_like.rwkv.info import detect
 from ai00_like.rwkv.synthetic import make_checkpoint
-from test_panels import assert_answers_as_in_rows
+from test_panels import assert_answers_as_in_rows, assert_rows_keep_their_bits
 
 needs_avx512 = pytest.mark.skipif(not panels.available(), reason="the host has no AVX-512")
 
@@ -62,12 +62,7 @@ def test_the_product_equals_the_widened_one(rows):
 
 @needs_avx512
 def test_a_row_gets_the_same_bits_whatever_shares_its_call():
-    w = panel_bf16.in_panels(bf16_matrix(101, 256, seed=1))
-    x = np.random.default_rng(2).standard_normal((61, 256)).astype(np.float32)
-    whole = panel_bf16.matmul(x, w)
-    for size in (1, 2, 3, 5, 8, 16, 17, 60):
-        parts = [panel_bf16.matmul(x[i : i + size], w) for i in range(0, len(x), size)]
-        np.testing.assert_array_equal(np.concatenate(parts), whole, err_msg=f"in calls of {size} rows")
+    assert_rows_keep_their_bits(panel_bf16.matmul, panel_bf16.in_panels(bf16_matrix(101, 256, seed=1)), 61)
 
 
 @needs_avx512

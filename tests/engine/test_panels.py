@@ -93,8 +93,12 @@ def test_a_row_gets_the_same_bits_whatever_shares_its_call(kind):
     depend on the batch or the prompt's chunks around it."""
     _, panel_form, product = KINDS[kind]
     w = panel_form.of(packed_matrix(kind, 101, 256, seed=1))
-    rows = panel_int8.PARALLEL_SUM_ROWS + 13  # Int8's sums on the cores, then in parts in this thread
-    x = np.random.default_rng(2).standard_normal((rows, 256)).astype(np.float32)
+    assert_rows_keep_their_bits(product, w, panel_int8.PARALLEL_SUM_ROWS + 13)  # Int8's sums on the cores, then here
+
+
+def assert_rows_keep_their_bits(product, w, rows: int) -> None:
+    """`product(x, w)` gives each of `rows` rows of x the same bits in calls of any size."""
+    x = np.random.default_rng(2).standard_normal((rows, w.shape[1])).astype(np.float32)
     whole = product(x, w)
     for size in (1, 2, 3, 5, 8, 16, 17, rows - 1):
         parts = [product(x[i : i + size], w) for i in range(0, rows, size)]

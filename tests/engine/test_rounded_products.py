@@ -11,7 +11,7 @@ import pytest
 
 from ai00_like.rwkv.cpu import forms, int8, panels, vector_dots, vnni
 from ai00_like.rwkv.cpu.model import CpuModel
-from test_panels import assert_saves_the_same, dequantised, int8_matrix, quantised_v7, saved_words
+from test_panels import assert_rows_keep_their_bits, assert_saves_the_same, dequantised, int8_matrix, quantised_v7, saved_words
 from test_packed_weights import AVX512, run_compiled_for
 
 VNNI = AVX512 + ",+avx512vnni"
@@ -52,12 +52,8 @@ def test_a_row_gets_the_same_bits_whatever_shares_its_call():
     """Rounded per row, each block's sum exact, the fold the same in every kernel: a row's
     result does not depend on the batch or the prompt's chunks around it."""
     w = vnni.RoundedInt8.of(int8_matrix(101, 256, seed=1))
-    rows = vnni.PARALLEL_ROUNDING_ROWS + 13  # rounded on the cores, then in parts in this thread
-    x = np.random.default_rng(2).standard_normal((rows, 256)).astype(np.float32)
-    whole = vnni.rounded_int8_matmul(x, w)
-    for size in (1, 2, 3, 5, 8, 16, 17, rows - 1):
-        parts = [vnni.rounded_int8_matmul(x[i : i + size], w) for i in range(0, rows, size)]
-        np.testing.assert_array_equal(np.concatenate(parts), whole, err_msg=f"in calls of {size} rows")
+    # Rounded on the cores, then in parts in this thread.
+    assert_rows_keep_their_bits(vnni.rounded_int8_matmul, w, vnni.PARALLEL_ROUNDING_ROWS + 13)
 
 
 @needs_vnni

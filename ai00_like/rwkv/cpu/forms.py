@@ -19,14 +19,16 @@ from .panel_int8 import PANEL_INT8, PanelInt8
 from .panel_nf4 import PANEL_NF4, PanelNF4
 from .panels import Bf16Panels, Int8Panels, Nf4Panels
 from .panels import available as panels_available
+from .rounded_bf16 import ROUNDED_BF16
 from .vnni import ROUNDED_INT8, RoundedInt8
 
 # The packed forms first: a matrix takes the first form that packs it, and the dense form
 # takes every array and dequantises what no packed form takes. The panel forms take the
 # matrices that a model put in panels (`keep_in_panels`), as it multiplies them, and come
 # before INT8 and NF4, which would take them too. A wide model's bf16 matrices are put in
-# panels once its layers are built (panel_bf16.in_panels), where the CPU has AVX-512.
-FORMS: tuple[WeightForm, ...] = (ROUNDED_INT8, PANEL_INT8, PANEL_NF4, INT8, NF4, PANEL_BF16, DENSE)
+# panels once its layers are built (panel_bf16.in_panels), where the CPU has AVX-512: of the
+# form for rounded activations (rounded_bf16.py) or for fp32 ones.
+FORMS: tuple[WeightForm, ...] = (ROUNDED_INT8, PANEL_INT8, PANEL_NF4, INT8, NF4, ROUNDED_BF16, PANEL_BF16, DENSE)
 # The kinds of matrices in panels.
 PANEL_KINDS = (Int8Panels, Nf4Panels, Bf16Panels)
 _BY_KIND = {form.kind: form for form in FORMS}

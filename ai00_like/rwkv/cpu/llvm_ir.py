@@ -13,7 +13,20 @@ from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 
-F32, I8, I32, I64 = ir.FloatType(), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+
+
+class _BFloat(ir.types._BaseFloatType):
+    """LLVM's bfloat, which llvmlite's IR builder lacks: what `vdpbf16ps` multiplies."""
+
+    null = "0.0"
+    intrinsic_name = "bf16"
+
+    def __str__(self):
+        return "bfloat"
+
+
+_BFloat._create_instance()
+F32, BF16, I8, I32, I64 = ir.FloatType(), _BFloat(), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 NF4_BLOCK_BYTES = 32  # a 64-weight NF4 block: 32 bytes of two codes each
 INT8_BLOCK = 128  # weights of an Int8 block, a byte each
 

@@ -18,15 +18,16 @@ from ..info import ModelInfo
 from ..norms import layer_norm
 from ..state import State, StatePool
 from ..weights import as_float32, embedding_rows, file_precision, stored
-from . import vnni
+from . import rounded_bf16, vnni
 from .arena import Arena
 from .blocks import Block, Context
 from .forms import PANEL_KINDS, keep_in_panels
 from .panel_bf16 import in_panels as bf16_in_panels
-from .panel_bf16 import keeps_bf16_panels
+from .panel_bf16 import PanelBf16, keeps_bf16_panels
 from .fused7 import DecodeLayers
 from .jit import compiling_ahead, in_passing_thread, kernels_on, numpy_only, release_compiler_pages, warmed_marker
 from .ops import COMPILED_ROWS, SKINNY_ROWS, kernel_set, keeps_16bit, kernel_form, linear, pinned_blas_note, threads_for
+from .rounded_bf16 import RoundedBf16
 from .setup import prepare
 from .skinny import skinny_matmul
 
@@ -47,12 +48,11 @@ class CpuModel:
         layers are prepared. `warm_up`: "now" compiles the kernels (or loads them from numba's
         cache) before returning; "background" returns at once and steps on numpy and BLAS
         until a background thread has compiled them (`kernels_ready`), dense weights only
-        (the packed forms have no numpy product: they warm up now). Int8 matrices multiply
-        activations rounded to 16-bit integers where the CPU has AVX-512 VNNI (vnni.py) and
-        `exact` is False; by default every product keeps fp32 activations. Where the CPU has
-        AVX-512 they are replaced in `tensors` by the same numbers in panels
-        (forms.Panelled), which every product of either kind reads; NF4 matrices too; a wide
-        model's bf16 ones too, once built (panel_bf16.py)."""
+        (the packed forms have no numpy product: they warm up now). Not `exact`, Int8 and
+        bf16 products round the activations where the CPU has AVX-512 VNNI or BF16 (vnni.py,
+        rounded_bf16.py). Where the CPU has AVX-512, Int8 and NF4 matrices are replaced in
+        `tensors` by the same numbers in panels (forms.Panelled); bf16 ones go in panels once
+        built, if the model is wide or rounds (panel_bf16.py)."""
         prepare()
         self.info = info
         self.precision = precision = kept_precision(tensors, precision)
@@ -68,7 +68,7 @@ class CpuModel:
         self.ln0 = (vec("blocks.0.ln0.weight"), vec("blocks.0.ln0.bias"))
         # The matrices streamed every token go to huge pages where the system has them; a
         # wide model's bf16 ones go in panels instead (panel_bf16.py), numpy's huge pages.
-        bf16_panels = keeps_bf16_panels(precision, info.n_embd)
+        bf16_panels = _bf16_panel_kind(precision, info.n_embd, exact)
         arena = None if bf16_panels else Arena.for_tensors(tensors, precision)
         self.blocks = []
         for i in range(info.n_layer):
@@ -78,7 +78,8 @@ class CpuModel:
         self.ln_out = (vec("ln_out.weight"), vec("ln_out.bias"))
         self.head = kernel_form(stored(tensors["head.weight"], precision, "head.weight", source, arena))
         if bf16_panels:
-            self.head = _bf16_in_panels(self.blocks, self.head)
+            self.head = _bf16_in_panels(self.blocks, self.head, bf16_panels)
+            self.rounds_activations |= bf16_panels is RoundedBf16
         if _projections_all(self.blocks, PANEL_KINDS):
             self.compiled_rows = 1 << 30  # every product in the compiled kernels, numba on the cores
         # A decoding step (each row the next token of its own slot) runs each v7 layer as one
@@ -259,12 +260,21 @@ def _projections(blocks) -> list:
     return [m for b in blocks for mix in (b.time_mix, b.channel_mix) for m in mix.W.values()]
 
 
-def _bf16_in_panels(blocks, head):
-    """The blocks' projections put in panels in place (panel_bf16.in_panels), and the head's."""
+def _bf16_panel_kind(precision: str, width: int, exact: bool) -> type | None:
+    """The panels a bf16 model keeps its matrices in (panel_bf16.py, rounded_bf16.py), or
+    None: in rows."""
+    rounding = not exact and rounded_bf16.available()
+    if not keeps_bf16_panels(precision, width, rounding):
+        return None
+    return RoundedBf16 if rounding else PanelBf16
+
+
+def _bf16_in_panels(blocks, head, kind: type):
+    """The blocks' projections put in panels of `kind` in place (panel_bf16.in_panels), and the head's."""
     for block in blocks:
         for mix in (block.time_mix, block.channel_mix):
-            mix.W = {name: bf16_in_panels(matrix) for name, matrix in mix.W.items()}
-    return bf16_in_panels(head)
+            mix.W = {name: bf16_in_panels(matrix, kind) for name, matrix in mix.W.items()}
+    return bf16_in_panels(head, kind)
 
 
 def _projections_all(blocks, kind: type) -> bool:

@@ -245,6 +245,12 @@ def available() -> bool:
     return exact_jit is not None and bool(features.get("avx512f") and features.get("avx512bw"))
 
 
+def available_with(feature: str) -> bool:
+    """Whether numba compiles for a CPU with AVX-512 and `feature` (LLVM's name, e.g.
+    avx512vnni): the rounded forms' instructions."""
+    return available() and bool(vector_dots.cpu_features().get(feature))
+
+
 def _build():
     """The compilers of the panels' kernels (jit, prange), or None without numba or AVX-512."""
     built = intrinsics.build()

@@ -15,7 +15,7 @@ took 1.2–2× as long.) Each call asks for the lines of the weights two blocks 
 for the prefetchers to lose the stream (on two Zen 5 cores, 16 rows of x against 1.5B's
 8,192 × 2,048 matrices: 2.5 → 1.4 ms; its 65,536-row head 23 → 13 ms).
 
-Four kinds, told apart by the types of `x_parts`:
+Five kinds, told apart by the types of `x_parts`:
 
 * Int8 weights, fp32 x (panel_int8.py, exact): `(x [M, K] float32, x_sum [M, blocks])`.
   A pair's two weights are split out of the widened lane (the low and high 16 bits), made
@@ -29,6 +29,10 @@ Four kinds, told apart by the types of `x_parts`:
   in one 32-bit lane: the first is the lane shifted up 16 bits, the second the lane with
   its low 16 bits cleared, each an fp32 as it stands; two FMAs as above. No scales: the
   fold is total = total + sum.
+* bf16 weights, x rounded to bf16 (rounded_bf16.py): `(xb [M, K/2] uint32,)`, a row's
+  pair of inputs as bf16 in one 32-bit lane, as the weights' pairs are. `vdpbf16ps`
+  multiplies the pairs (32 multiply-adds an instruction; each product of two bf16 exact
+  in fp32) into the sums. The fold: total = total + sum.
 * Int8 weights, x rounded to 16-bit integers (vnni.py): `(xq [blocks, M, pairs] int32, x_scale,
   x_sum [M, blocks])`. `vpdpwssd` multiplies the pairs (32 multiply-adds an instruction,
   an fp32 FMA's 16) into exact 32-bit sums, in any order. The fold:
@@ -41,7 +45,7 @@ from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 
-from .llvm_ir import I8, I32, broadcast, c_arrays, declare, fvec, index, ivec, row_pointer
+from .llvm_ir import BF16, I8, I32, broadcast, c_arrays, declare, fvec, index, ivec, row_pointer
 
 LANES = 16
 PANEL_VECTORS = 3  # weight vectors of 16 rows a panel: 48 weight rows
@@ -286,13 +290,18 @@ class Bf16Block(PanelBlock):
     def read_x(self, context, part_types, parts):
         self.fp32_x(context, part_types[0], parts[0])
 
+    def lanes(self, pair, n):
+        """Weight vector n's pair `pair`: a row's two bf16 a 32-bit lane."""
+        builder = self.builder
+        address = builder.gep(self.panel, [builder.add(self.pair_bytes(pair), index(self.ROW_BYTES * LANES * n))])
+        return builder.load(builder.bitcast(address, ivec(LANES).as_pointer()), align=4)
+
     def pair_step(self, pair, sums):
         builder = self.builder
         shift, high = ir.Constant(ivec(LANES), [16] * LANES), ir.Constant(ivec(LANES), [0xFFFF0000] * LANES)
         halves = []
         for n in range(PANEL_VECTORS):
-            address = builder.gep(self.panel, [builder.add(self.pair_bytes(pair), index(self.ROW_BYTES * LANES * n))])
-            lanes = builder.load(builder.bitcast(address, ivec(LANES).as_pointer()), align=4)
+            lanes = self.lanes(pair, n)
             halves.append((builder.bitcast(builder.shl(lanes, shift), fvec(LANES)),
                            builder.bitcast(builder.and_(lanes, high), fvec(LANES))))
         self.fma_pairs(pair, halves, sums)
@@ -304,13 +313,36 @@ class Bf16Block(PanelBlock):
         return self.builder.fadd(total, sums[0])
 
 
+class Bf16DotBlock(Bf16Block):
+    """bf16 weights, x rounded to bf16 (rounded_bf16.py): x_parts = (xb [M, K/2] uint32,),
+    a row's pair of inputs a lane. One `vdpbf16ps` a weight vector and row of x."""
+
+    def __init__(self, context, builder, sig, args, x_rows):
+        super().__init__(context, builder, sig, args, x_rows)
+        pairs = ir.VectorType(BF16, 2 * LANES)
+        self.as_pairs = lambda lanes: builder.bitcast(lanes, pairs)
+        self.dot = declare(builder, "llvm.x86.avx512bf16.dpbf16ps.512", fvec(LANES), fvec(LANES), pairs, pairs)
+
+    def read_x(self, context, part_types, parts):
+        self.fp32_x(context, part_types[0], parts[0])  # rows of pairs, not of floats
+
+    def pair_step(self, pair, sums):
+        builder = self.builder
+        weights = [self.as_pairs(self.lanes(pair, n)) for n in range(PANEL_VECTORS)]
+        at = builder.add(builder.mul(self.block, index(self.BLOCK_PAIRS)), pair)
+        for m in range(self.x_rows):
+            x_pair = self.as_pairs(splat_int(builder, builder.load(builder.gep(self.x[m], [at]))))
+            for n in range(PANEL_VECTORS):
+                sums[m][n] = builder.call(self.dot, [sums[m][n], weights[n], x_pair])
+
+
 def _kind_of(parts) -> type[PanelBlock] | None:
     """Which block reads x_parts of these types, or None."""
     if not isinstance(parts, types.BaseTuple) or not c_arrays(*parts.types):
         return None
     kinds = {((types.float32, 2), (types.float32, 2)): Fp32Block, ((types.float32, 2), (types.float32, 1)): Nf4Block,
              ((types.int32, 3), (types.float32, 2), (types.float32, 2)): Int16Block,
-             ((types.float32, 2),): Bf16Block}
+             ((types.float32, 2),): Bf16Block, ((types.uint32, 2),): Bf16DotBlock}
     return kinds.get(tuple((a.dtype, a.ndim) for a in parts.types))
 
 

@@ -28,7 +28,7 @@ import functools
 
 import numpy as np
 
-from . import panels, vector_dots
+from . import panels
 from .panels import INT8_BLOCK, Int8Panels
 from .weight_form import WeightForm
 
@@ -91,7 +91,7 @@ def entry(W, x, out):  # pragma: no cover - compiled by numba
 @functools.cache
 def available() -> bool:
     """Whether numba compiles for a CPU with AVX-512 VNNI (this one, or NUMBA_CPU_FEATURES')."""
-    return _entry is not None and panels.available() and bool(vector_dots.cpu_features().get("avx512vnni"))
+    return _entry is not None and panels.available_with("avx512vnni")
 
 
 prange = panels.prange
