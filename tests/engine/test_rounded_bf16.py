@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ai00_like.rwkv.cpu import panel_bf16, rounded_bf16
+from ai00_like.rwkv.cpu import amx, bf16_rounding, panel_bf16, rounded_bf16
 from ai00_like.rwkv.cpu.jit import numpy_only
 from ai00_like.rwkv.cpu.model import CpuModel
 from ai00_like.rwkv.formats import bf16_to_f32, f32_to_bf16, is_bf16
@@ -28,10 +28,10 @@ def test_activations_round_to_the_nearest_bf16():
     x = np.concatenate([special, ties, ties * -1, np.random.default_rng(0).standard_normal(117).astype(np.float32)])
     x = x[: len(x) // 2 * 2].reshape(1, -1)
     xb = np.empty((1, x.shape[1] // 2), np.uint32)
-    rounded_bf16.round_rows(x, xb)
+    bf16_rounding.round_rows(x, xb)
     want = f32_to_bf16(x).view(np.uint16)
     np.testing.assert_array_equal(xb.view(np.uint16), want)
-    np.testing.assert_array_equal(rounded_bf16.rounded(x), bf16_to_f32(want))
+    np.testing.assert_array_equal(bf16_rounding.rounded(x), bf16_to_f32(want))
 
 
 @pytest.mark.parametrize("rows", [1, 3, 4, 15, 16, 37, 61, 130, 300])
@@ -44,7 +44,7 @@ def test_the_product_is_that_of_the_rounded_activations(rows):
     w = panel_bf16.in_panels(matrix, rounded_bf16.RoundedBf16)
     assert isinstance(w, rounded_bf16.RoundedBf16) and w.shape == (202, 384)
     x = np.random.default_rng(rows).standard_normal((rows, 384)).astype(np.float32)
-    want = rounded_bf16.rounded(x).astype(np.float64) @ bf16_to_f32(matrix).astype(np.float64).T
+    want = bf16_rounding.rounded(x).astype(np.float64) @ bf16_to_f32(matrix).astype(np.float64).T
     with numpy_only(True):
         products = [rounded_bf16.matmul(x, w)]
     if rounded_bf16.available():
@@ -59,7 +59,7 @@ def test_the_product_is_that_of_the_rounded_activations(rows):
 def test_a_row_gets_the_same_bits_whatever_shares_its_call():
     w = panel_bf16.in_panels(bf16_matrix(101, 256, seed=1), rounded_bf16.RoundedBf16)
     # Rounded on the cores, then in parts in this thread.
-    assert_rows_keep_their_bits(rounded_bf16.matmul, w, rounded_bf16.PARALLEL_ROUNDING_ROWS + 13)
+    assert_rows_keep_their_bits(rounded_bf16.matmul, w, bf16_rounding.PARALLEL_ROUNDING_ROWS + 13)
 
 
 @needs_bf16
@@ -130,6 +130,49 @@ def test_the_bf16_kernels_compile_where_the_host_cannot_run_them(tmp_path):
         "w = panel_bf16.in_panels(f32_to_bf16(np.zeros((8, 128), np.float32)), rounded_bf16.RoundedBf16)\n"
         "x, out = np.zeros((3, 128), np.float32), np.zeros((3, 8), np.float32)\n"
         "rounded_bf16._entry.compile(tuple(typeof(v) for v in (w, x, out)))\n"
+        "print('compiled')\n")
+    assert "compiled" in printed
+
+
+PRODUCT_CHECK = (
+    "import numpy as np\n"
+    "from ai00_like.rwkv.cpu import bf16_rounding, panel_bf16, rounded_bf16\n"
+    "from ai00_like.rwkv.formats import bf16_to_f32, f32_to_bf16\n"
+    "rng = np.random.default_rng(3)\n"
+    "matrix = f32_to_bf16(rng.standard_normal((202, 384)).astype(np.float32))\n"
+    "w = panel_bf16.in_panels(matrix, rounded_bf16.RoundedBf16)\n"
+    "x = rng.standard_normal((37, 384)).astype(np.float32)\n"
+    "want = bf16_rounding.rounded(x).astype(np.float64) @ bf16_to_f32(matrix).astype(np.float64).T\n"
+    "assert np.abs(rounded_bf16.matmul(x, w) - want).max() < 2e-6 * np.abs(want).max()\n"
+    "print('tiles' if rounded_bf16.ON_TILES else 'vdpbf16ps')\n")
+
+
+def test_without_amx_the_rounded_product_runs_on_vdpbf16ps(tmp_path):
+    """On a CPU with AMX (Sapphire Rapids on) the rounded products run on its tiles, which
+    the other tests then check; compiled for one without (Zen 4, Cooper Lake), on AVX-512
+    BF16's vdpbf16ps, to the same numbers."""
+    from llvmlite import binding
+
+    if not amx.available():
+        pytest.skip("the host has no AMX tiles: the other tests run vdpbf16ps")
+    assert rounded_bf16.ON_TILES
+    features = binding.get_host_cpu_features()
+    features["amx-bf16"] = False
+    assert run_compiled_for(tmp_path, binding.get_host_cpu_name(), features.flatten(), PRODUCT_CHECK).split() == ["vdpbf16ps"]
+
+
+def test_the_tile_kernel_compiles_where_the_host_cannot_run_it(tmp_path):
+    """Without AMX on the host the tile kernel is at least compiled for a CPU that has it."""
+    if amx.available():
+        pytest.skip("the host has AMX tiles: the other tests run this kernel")
+    printed = run_compiled_for(tmp_path, "sapphirerapids", AVX512 + ",+avx512bf16,+amx-tile,+amx-bf16",
+        "import numpy as np\n"
+        "from numba import typeof\n"
+        "from ai00_like.rwkv.cpu import amx, panel_bf16, rounded_bf16\n"
+        "from ai00_like.rwkv.formats import f32_to_bf16\n"
+        "w = panel_bf16.in_panels(f32_to_bf16(np.zeros((8, 128), np.float32)), rounded_bf16.RoundedBf16)\n"
+        "xb, out = np.zeros((16, 64), np.uint32), np.zeros((3, 8), np.float32)\n"
+        "amx.tile_product.compile(tuple(typeof(v) for v in (w.q, xb, out)))\n"
         "print('compiled')\n")
     assert "compiled" in printed
 
