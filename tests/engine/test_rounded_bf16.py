@@ -64,8 +64,9 @@ def test_a_row_gets_the_same_bits_whatever_shares_its_call():
 
 @needs_bf16
 def test_a_model_rounds_its_bf16_products_only_when_not_exact():
-    """Not exact, a bf16 model of any width keeps its projections and head in the rounded
-    form's panels (its tensors as loaded); exact, this narrow one keeps them in rows. Logits
+    """Not exact, a bf16 model of any width keeps its projections, head and LoRA factors in
+    the rounded form's panels (its tensors as loaded); exact, this narrow one keeps them in
+    rows. Logits
     near the exact ones, the same on numpy (a background warm-up), and a decoding step near
     its prompt's chunk (they differ by the WKV's order of sums, which can move a rounding)."""
     tensors, info = bf16_v7()
@@ -74,7 +75,8 @@ def test_a_model_rounds_its_bf16_products_only_when_not_exact():
     assert rounded.rounds_activations and not exact.rounds_activations
     assert isinstance(rounded.head, rounded_bf16.RoundedBf16) and isinstance(exact.head, np.ndarray)
     assert all(isinstance(m, rounded_bf16.RoundedBf16) for m in rounded.blocks[1].channel_mix.W.values())
-    assert is_bf16(rounded.blocks[1].time_mix.lora["w1"])  # the LoRAs stay in rows, exact
+    lora = rounded.blocks[1].time_mix.lora  # in panels where their inputs are whole blocks (256 of them, not 16)
+    assert isinstance(lora["w1"], rounded_bf16.RoundedBf16) and is_bf16(lora["w2"]) and is_bf16(exact.blocks[1].time_mix.lora["w1"])
     for name, a in loaded.items():
         np.testing.assert_array_equal(rounded.tensors[name].view(np.uint16), a.view(np.uint16), err_msg=name)
     prompt = np.random.default_rng(0).integers(1, info.vocab, 200).tolist()

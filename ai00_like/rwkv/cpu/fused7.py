@@ -137,12 +137,19 @@ class DecodeLayers:
         self._entries[i] = compiled.entry_point if compiled is not None else _layer
 
 
+def _unused_like(matrix):
+    """A matrix of `matrix`'s type with no rows: the first layer's value LoRA, never multiplied."""
+    if isinstance(matrix, np.ndarray):
+        return matrix[:0]
+    return type(matrix)(matrix.q[:0], matrix.scales[:0], 0)  # bf16 panels (the LoRAs' only other form)
+
+
 def block_weights(block) -> BlockWeights | None:
     """A built Block's weights as `layer` takes them; None if a matrix is in a form without
     compiled kernels."""
     tm, cm = block.time_mix, block.channel_mix
     lora = tm.lora
-    values = [lora["v1"], lora["v2"]] if "v1" in lora else [lora["w1"][:0], lora["w2"][:, :0]]
+    values = [lora["v1"], lora["v2"]] if "v1" in lora else [_unused_like(lora["w1"]), _unused_like(lora["w2"])]
     matrices = [tm.W["receptance"], tm.W["key"], tm.W["value"], tm.W["output"], lora["w1"], lora["w2"],
                 lora["a1"], lora["a2"], lora["g1"], lora["g2"], *values, cm.W["key"], cm.W["value"]]
     if any(form_of(m).direct_kernel is None for m in matrices):

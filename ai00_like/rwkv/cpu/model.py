@@ -270,10 +270,14 @@ def _bf16_panel_kind(precision: str, width: int, exact: bool) -> type | None:
 
 
 def _bf16_in_panels(blocks, head, kind: type):
-    """The blocks' projections put in panels of `kind` in place (panel_bf16.in_panels), and the head's."""
+    """The blocks' projections put in panels of `kind` in place (panel_bf16.in_panels), and
+    the head's. Rounded, the v7 LoRA factors too (those whose inputs are whole blocks): in
+    rows they took a fifth of a 1.5B prefill on AMX's tiles (0.52 of 2.5 s, against 0.08)."""
     for block in blocks:
         for mix in (block.time_mix, block.channel_mix):
             mix.W = {name: bf16_in_panels(matrix, kind) for name, matrix in mix.W.items()}
+        if kind is RoundedBf16 and (lora := getattr(block.time_mix, "lora", None)) is not None:
+            block.time_mix.lora = {name: bf16_in_panels(matrix, kind) for name, matrix in lora.items()}
     return bf16_in_panels(head, kind)
 
 
