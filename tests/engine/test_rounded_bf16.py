@@ -6,6 +6,8 @@ kernels are still compiled for such a CPU, and a model asked for them keeps fp32
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -161,6 +163,23 @@ def test_without_amx_the_rounded_product_runs_on_vdpbf16ps(tmp_path):
     features = binding.get_host_cpu_features()
     features["amx-bf16"] = False
     assert run_compiled_for(tmp_path, binding.get_host_cpu_name(), features.flatten(), PRODUCT_CHECK).split() == ["vdpbf16ps"]
+
+
+def test_refused_the_tiles_a_process_neither_runs_nor_loads_tile_kernels(tmp_path):
+    """Where Linux refuses the process AMX's tiles (a sandbox that blocks arch_prctl) on a
+    CPU that has them, the products run on vdpbf16ps, and numba's kernel cache is another
+    folder: a kernel compiled with tile instructions in it would kill the process."""
+    from llvmlite import binding
+    from numba.core import config
+
+    if not amx.available():
+        pytest.skip("the host has no AMX tiles")
+    printed = run_compiled_for(tmp_path, binding.get_host_cpu_name(), binding.get_host_cpu_features().flatten(),
+        "from ai00_like.rwkv.cpu import jit\n"
+        "jit.tiles_permitted = lambda: False\n"
+        "from numba.core import config\n" + PRODUCT_CHECK + "print(config.CACHE_DIR)\n")
+    used, folder = printed.split()
+    assert used == "vdpbf16ps" and Path(folder).name != Path(config.CACHE_DIR).name
 
 
 def test_the_tile_kernel_compiles_where_the_host_cannot_run_it(tmp_path):

@@ -15,26 +15,14 @@ depend on its batch or its prompt's chunking.
 
 from __future__ import annotations
 
-import ctypes
 import functools
-import platform
 
 import numpy as np
 
 from . import panels, vector_dots
+from .jit import tiles_permitted
 
 TILE_ROWS = 16  # rows of x a tile product takes (amx_ir.py's tiles: not imported before numba is configured)
-_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA = 158, 0x1023, 18
-
-
-@functools.cache
-def permitted() -> bool:
-    """Whether Linux lets this process use the tiles' registers (asked once: the kernel
-    grants them to the whole process, and a tile instruction without leave kills it)."""
-    if platform.system() != "Linux" or platform.machine() != "x86_64":
-        return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    return libc.syscall(_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) == 0
 
 
 def compiled_for() -> bool:
@@ -46,7 +34,7 @@ def compiled_for() -> bool:
 @functools.cache
 def available() -> bool:
     """Whether the rounded bf16 products run on AMX tiles: compiled for them, and let."""
-    return tile_product is not None and permitted()
+    return tile_product is not None and tiles_permitted()
 
 
 # Module-level kernels, compiled below where numba and AVX-512 are (skinny.py says why not nested).

@@ -13,9 +13,12 @@ import functools
 import hashlib
 import mmap
 import os
+import platform
 import sys
 import threading
 from pathlib import Path
+
+_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA = 158, 0x1023, 18  # Linux's x86-64 numbers
 
 # Reassociation lets LLVM vectorise sums; no-NaN/no-Inf flags are left off so a NaN or Inf
 # in the weights or activations propagates as it would through BLAS.
@@ -119,13 +122,27 @@ def warmed_marker(kind: str) -> Path | None:
     return Path(config.CACHE_DIR) / f"warmed-{kind}" if config.CACHE_DIR else None
 
 
+@functools.cache
+def tiles_permitted() -> bool:
+    """Whether Linux lets this process use AMX's tile registers (asked once, with
+    arch_prctl). It grants them to the whole process on request, and a tile instruction
+    run without leave kills it (SIGILL): amx.py uses the tiles only with leave, and the
+    kernel cache is named by the answer, so that a kernel compiled with tile instructions
+    is never loaded by a process refused them on the same CPU."""
+    if platform.system() != "Linux" or platform.machine() != "x86_64":
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.syscall(_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) == 0
+
+
 def _cache_by_source() -> None:
     """Keep numba's on-disk cache in a folder named by a digest of every kernel source.
 
     numba checks a cached kernel against its own file only, while our kernels inline code
     from the others (vector_dots' intrinsics in skinny's block, int8's row widening in
     batched's kernel): after an update that changed only those, every start loaded the old
-    compiled kernels. The folder is under NUMBA_CACHE_DIR where that is set (the launcher's
+    compiled kernels. The digest takes in whether the process may use AMX's tiles
+    (tiles_permitted). The folder is under NUMBA_CACHE_DIR where that is set (the launcher's
     .cache/numba), else under __pycache__/kernels beside this file. (Where neither can be
     written numba falls back to its per-user folder, checked against the kernel's file only.)
     """
@@ -135,6 +152,7 @@ def _cache_by_source() -> None:
     digest = hashlib.sha256()
     for path in sorted([*here.glob("*.py"), here.parent / "norms.py", here.parents[1] / "sampler" / "fused.py"]):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    digest.update(b"tiles" if tiles_permitted() else b"")
     base = Path(config.CACHE_DIR) if config.CACHE_DIR else here / "__pycache__" / "kernels"
     config.CACHE_DIR = str(base / digest.hexdigest()[:16])
 
