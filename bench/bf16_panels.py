@@ -7,12 +7,14 @@ same step of the other, so the machine's changes of speed fall on both:
 * `--against rows` (the default): its projections and head in panels (as a model at least
   panel_bf16.PANEL_WIDTH wide keeps them on AVX-512), and in rows;
 * `--against exact`: in panels with activations rounded to bf16 (`exact = false`, AVX-512
-  BF16), and in panels with fp32 activations (`exact = true`).
+  BF16), and in panels with fp32 activations (`exact = true`); with `--quant int8+head`,
+  every projection and the head quantised to Int8 at load, activations rounded to 16-bit
+  integers (vnni.py; on AMX's tiles where the CPU has them) against fp32 ones.
 
 Prints tokens/s of each, the median step-time ratio (the second's over the first's) at each
 batch, and the logits' largest difference over their spread.
 
-    .venv/bin/python bench/bf16_panels.py --shape 1.5B [--against exact]
+    .venv/bin/python bench/bf16_panels.py --shape 1.5B [--against exact [--quant int8|int8+head]]
 """
 
 from __future__ import annotations
@@ -29,16 +31,17 @@ from shapes import SHAPES, bf16_checkpoint
 from ai00_like.rwkv import load_model
 from ai00_like.rwkv.batch import StepInput
 from ai00_like.rwkv.cpu import model as cpu_model
-from ai00_like.rwkv.cpu import panels, rounded_bf16
+from ai00_like.rwkv.cpu import panels, rounded_bf16, vnni
 
 BATCHES = (1, 2, 4, 8, 16)
 
 
-def load_both(path: str, against: str):
+def load_both(path: str, against: str, quant: str | None):
     """(name, model) of the form measured, then of the one it is measured against."""
     in_panels = cpu_model.keeps_bf16_panels
     cpu_model.keeps_bf16_panels = lambda precision, *_: precision == "bf16" and panels.available()
-    load = lambda **kw: load_model(path, device="cpu", max_batch=max(BATCHES), **kw)
+    quantised = {} if quant is None else dict(quant=1000, quant_type="int8", quant_head=quant.endswith("+head"))
+    load = lambda **kw: load_model(path, device="cpu", max_batch=max(BATCHES), **quantised, **kw)
     try:
         if against == "exact":
             return ("rounded", load(exact=False)), ("panels", load(exact=True))
@@ -62,15 +65,21 @@ def main() -> None:
     parser.add_argument("--shape", choices=list(SHAPES), default="0.1B")
     parser.add_argument("--against", choices=("rows", "exact"), default="rows",
                         help="panels against rows, or rounded activations against exact ones")
+    parser.add_argument("--quant", choices=("int8", "int8+head"),
+                        help="with --against exact: Int8 projections (and head), rounded against exact")
     parser.add_argument("--no-save", action="store_true", help=record.NO_SAVE_HELP)
     args = parser.parse_args()
-    (a_name, a), (b_name, b_model) = load_both(str(bf16_checkpoint(args.shape)), args.against)
-    assert panels.available() and (args.against == "rows" or rounded_bf16.available()) \
-        and type(a.head) is not type(b_model.head), "no AVX-512 (BF16): nothing to compare"
+    assert args.quant is None or args.against == "exact", "--quant compares rounded against exact"
+    (a_name, a), (b_name, b_model) = load_both(str(bf16_checkpoint(args.shape)), args.against, args.quant)
+    if args.against == "exact":
+        differs = (vnni.available() if args.quant else rounded_bf16.available()) and a.rounds_activations
+    else:
+        differs = type(a.head) is not type(b_model.head)
+    assert panels.available() and differs, "no AVX-512 (BF16, VNNI): nothing to compare"
     prompt = np.random.default_rng(0).integers(0, SHAPES[args.shape]["vocab"], 512).tolist()
     want, _ = b_model.forward(prompt[:64], full_output=True)
     got, _ = a.forward(prompt[:64], full_output=True)
-    results = {"shape": args.shape, "against": args.against,
+    results = {"shape": args.shape, "against": args.against, "quant": args.quant,
                "logit_error": float((np.abs(got - want).max(axis=1) / want.std(axis=1)).max()),
                "top1_agreement": float(np.mean(got.argmax(axis=1) == want.argmax(axis=1)))}
     for n in (128, 512):

@@ -151,18 +151,29 @@ PRODUCT_CHECK = (
     "print('tiles' if rounded_bf16.ON_TILES else 'vdpbf16ps')\n")
 
 
-def test_without_amx_the_rounded_product_runs_on_vdpbf16ps(tmp_path):
+INT8_PRODUCT_CHECK = (
+    f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+    "from ai00_like.rwkv.cpu import vnni\n"
+    "from test_rounded_products import assert_rounded_int8_product\n"
+    "assert_rounded_int8_product(37)\n"
+    "print('tiles' if vnni.ON_TILES else 'vpdpwssd', vnni.RoundedInt8.GROUP)\n")
+
+
+def test_without_amx_the_rounded_products_run_on_avx512(tmp_path):
     """On a CPU with AMX (Sapphire Rapids on) the rounded products run on its tiles, which
-    the other tests then check; compiled for one without (Zen 4, Cooper Lake), on AVX-512
-    BF16's vdpbf16ps, to the same numbers."""
+    the other tests then check; compiled for one without (Zen 4, Cooper Lake), bf16 on
+    AVX-512 BF16's vdpbf16ps, Int8 on VNNI's vpdpwssd with its weights in pairs, to the
+    same numbers."""
     from llvmlite import binding
 
     if not amx.available():
         pytest.skip("the host has no AMX tiles: the other tests run vdpbf16ps")
     assert rounded_bf16.ON_TILES
     features = binding.get_host_cpu_features()
-    features["amx-bf16"] = False
-    assert run_compiled_for(tmp_path, binding.get_host_cpu_name(), features.flatten(), PRODUCT_CHECK).split() == ["vdpbf16ps"]
+    for feature in ("amx-tile", "amx-bf16", "amx-int8"):
+        features[feature] = False
+    printed = run_compiled_for(tmp_path, binding.get_host_cpu_name(), features.flatten(), PRODUCT_CHECK + INT8_PRODUCT_CHECK)
+    assert printed.split() == ["vdpbf16ps", "vpdpwssd", "2"]
 
 
 def test_refused_the_tiles_a_process_neither_runs_nor_loads_tile_kernels(tmp_path):
@@ -183,17 +194,21 @@ def test_refused_the_tiles_a_process_neither_runs_nor_loads_tile_kernels(tmp_pat
 
 
 def test_the_tile_kernel_compiles_where_the_host_cannot_run_it(tmp_path):
-    """Without AMX on the host the tile kernel is at least compiled for a CPU that has it."""
+    """Without AMX on the host the tile kernel is at least compiled, for bf16 and Int8
+    panels, for a CPU that has it."""
     if amx.available():
         pytest.skip("the host has AMX tiles: the other tests run this kernel")
-    printed = run_compiled_for(tmp_path, "sapphirerapids", AVX512 + ",+avx512bf16,+amx-tile,+amx-bf16",
+    printed = run_compiled_for(tmp_path, "sapphirerapids", AVX512 + ",+avx512bf16,+avx512vnni,+amx-tile,+amx-bf16,+amx-int8",
         "import numpy as np\n"
         "from numba import typeof\n"
         "from ai00_like.rwkv.cpu import amx, panel_bf16, rounded_bf16\n"
         "from ai00_like.rwkv.formats import f32_to_bf16\n"
         "w = panel_bf16.in_panels(f32_to_bf16(np.zeros((8, 128), np.float32)), rounded_bf16.RoundedBf16)\n"
         "xb, out = np.zeros((16, 64), np.uint32), np.zeros((3, 8), np.float32)\n"
-        "amx.tile_product.compile(tuple(typeof(v) for v in (w.q, xb, out)))\n"
+        "amx.tile_product.compile(tuple(typeof(v) for v in (w.q, w.scales, (xb,), out)))\n"
+        "q, bounds = np.zeros((1, 32, 192), np.uint8), np.zeros((1, 1, 2, 48), np.uint16)\n"
+        "x = (np.zeros((1, 16, 128), np.int8), np.zeros((1, 16, 128), np.uint8), np.zeros((16, 1), np.float32), np.zeros((16, 1), np.float32))\n"
+        "amx.tile_product.compile(tuple(typeof(v) for v in (q, bounds, x, out)))\n"
         "print('compiled')\n")
     assert "compiled" in printed
 

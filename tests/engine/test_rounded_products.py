@@ -30,21 +30,43 @@ def rounded_reference(x: np.ndarray, w: int8.PackedInt8) -> np.ndarray:
     return x_hat @ dequantised(w).T
 
 
-@needs_vnni
-@pytest.mark.parametrize("rows", [1, 3, 4, 15, 16, 37, 61, 130, 300])
-def test_the_product_is_exact_for_the_rounded_activations(rows):
-    """Rows rounded in the calling thread and on the cores (from PARALLEL_ROUNDING_ROWS), a
-    panel not filled (202 = 4 × 48 + 10), more rows of x than a group (GROUP_ROWS), and
-    row counts that leave every register block's tail."""
+def assert_rounded_int8_product(rows: int):
+    """The rounded product of a seeded 202 × 384 matrix, a panel not filled (4 × 48 + 10),
+    is that of the rounded activations, on whichever kernel this process has."""
     packed = int8_matrix(202, 384)
     w = vnni.RoundedInt8.of(packed)
-    assert w.shape == packed.shape and w.q.shape == (5, 192, 2 * panels.PANEL)
+    assert w.shape == packed.shape and w.q.shape == (5, 384 // w.GROUP, w.GROUP * panels.PANEL)
     x = np.random.default_rng(rows).standard_normal((rows, 384)).astype(np.float32)
     got = vnni.rounded_int8_matmul(x, w)
     want = rounded_reference(x, packed)
     assert np.abs(got - want).max() < 1e-5 * np.abs(want).max()
     exact = int8.int8_matmul(x, packed)  # fp32 activations: 16-bit rounding is far below the weights' own
     assert np.abs(got - exact).max() < 2e-4 * np.abs(exact).max()
+
+
+@needs_vnni
+@pytest.mark.parametrize("rows", [1, 3, 4, 15, 16, 17, 37, 61, 130, 300])
+def test_the_product_is_exact_for_the_rounded_activations(rows):
+    """Rows rounded in the calling thread and on the cores (from PARALLEL_ROUNDING_ROWS),
+    more rows of x than a group (GROUP_ROWS), and row counts that leave every register
+    block's tail, or a tile's."""
+    assert_rounded_int8_product(rows)
+
+
+@pytest.mark.skipif(not vnni.ON_TILES, reason="the host has no AMX tiles")
+@pytest.mark.parametrize("rows", [1, 16, 37, 130])
+def test_on_amx_tiles_a_product_has_vpdpwssds_bits(rows):
+    """On AMX's tiles x's 16-bit integers are multiplied as their high and low bytes; the
+    block sums are the same integers, folded the same way: the same bits as vpdpwssd's
+    kernel on the weights in pairs."""
+    packed = int8_matrix(202, 384, seed=2)
+    x = np.random.default_rng(rows).standard_normal((rows, 384)).astype(np.float32)
+    xq = np.empty((3, rows, vnni.INT8_BLOCK), np.int16)
+    x_scale, x_sum = np.empty((rows, 3), np.float32), np.empty((rows, 3), np.float32)
+    vnni.round_rows(x, xq, x_scale, x_sum)
+    pairs, want = panels.Int8Panels.of(packed), np.empty((rows, 202), np.float32)
+    panels.panel_product(pairs.q, pairs.bounds, (xq.view(np.int32), x_scale, x_sum), want)
+    np.testing.assert_array_equal(vnni.rounded_int8_matmul(x, vnni.RoundedInt8.of(packed)), want)
 
 
 @needs_vnni
@@ -81,10 +103,12 @@ def test_a_model_rounds_its_int8_products_only_when_not_exact():
     assert isinstance(rounded.head, vnni.RoundedInt8) and not isinstance(exact.head, vnni.RoundedInt8)
     assert rounded.tensors["head.weight"].panels.q is rounded.head.q
     assert_saves_the_same(rounded.tensors, words)
-    assert not CpuModel(tensors, info).rounds_activations
+    again = CpuModel(tensors, info)  # the panels back in the exact form's layout (AMX's tiles take another)
+    assert not again.rounds_activations
     assert not any(type(m.panels) is vnni.RoundedInt8 for m in tensors.values() if isinstance(m, forms.Panelled))
     prompt = np.random.default_rng(0).integers(1, info.vocab, 200).tolist()
     want, _ = exact.forward(prompt, full_output=True)
+    np.testing.assert_array_equal(again.forward(prompt[:40])[0], exact.forward(prompt[:40])[0])
     got, _ = rounded.forward(prompt, full_output=True)
     error = np.abs(got - want).max(axis=1) / want.std(axis=1)
     assert np.median(error) < 2e-3 and np.mean(got.argmax(axis=1) == want.argmax(axis=1)) >= 0.99

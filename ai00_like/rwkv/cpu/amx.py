@@ -1,16 +1,21 @@
-"""bf16 products on AMX tiles, where the CPU has them (`exact = false`; Intel Sapphire Rapids on).
+"""The rounded products on AMX tiles, where the CPU has them (`exact = false`; Intel Sapphire Rapids on).
 
-A rounded bf16 product (rounded_bf16.py) multiplies the same numbers on either kernel: x
-rounded to bf16 per value, the panels' bf16 weights, fp32 sums. Where numba compiles for a
-CPU with AMX-BF16 and Linux lets the process use the tiles, a panel's 48 outputs for 16
-rows of x at a time are `tdpbf16ps` tile products (amx_ir.py): 32 times an fp32 FMA's
-multiply-adds an instruction. Elsewhere, `vdpbf16ps` (panels_ir.Bf16DotBlock). On Intel's
-cores vdpbf16ps issues at half an FMA's rate, so that without tiles the rounded product is
-no faster than the exact one there.
+Each multiplies the same numbers as the AVX-512 kernel it stands in for:
 
-Rows of x go to the tiles 16 at a time, the last ones padded with zeros, from one row
-(a decoding step) up: every row count runs the same tile code, so a row's result does not
-depend on its batch or its prompt's chunking.
+* bf16 (rounded_bf16.py): x rounded to bf16 per value, the panels' bf16 weights, fp32
+  sums. A panel's 48 outputs for 16 rows of x are `tdpbf16ps` tile products (amx_ir.py),
+  32 times an fp32 FMA's multiply-adds an instruction; elsewhere `vdpbf16ps`
+  (panels_ir.Bf16DotBlock), which on Intel's cores issues at half an FMA's rate, so that
+  without tiles the rounded product is no faster than the exact one there.
+* Int8 (vnni.py): x rounded per row and block to 16-bit integers, split into its high and
+  low bytes for `tdpbsud` and `tdpbuud` (amx_int8_ir.py), the panels holding quads of
+  inputs; the block sums are the integers vpdpwssd makes, folded the same way, so the
+  result is the same to the bit.
+
+They run where numba compiles for a CPU with AMX (and its BF16 or INT8 part) and Linux lets
+the process use the tiles (jit.tiles_permitted). Rows of x go to the tiles 16 at a time,
+the last ones padded with zeros, from one row (a decoding step) up: every row count runs
+the same tile code, so a row's result does not depend on its batch or its prompt's chunking.
 """
 
 from __future__ import annotations
@@ -25,16 +30,17 @@ from .jit import tiles_permitted
 TILE_ROWS = 16  # rows of x a tile product takes (amx_ir.py's tiles: not imported before numba is configured)
 
 
-def compiled_for() -> bool:
-    """Whether numba compiles for a CPU with AMX-BF16 (this one, or NUMBA_CPU_FEATURES')."""
+def compiled_for(feature: str = "amx-bf16") -> bool:
+    """Whether numba compiles for a CPU with AMX and its `feature` (amx-bf16, amx-int8):
+    this one, or NUMBA_CPU_FEATURES'."""
     features = vector_dots.cpu_features()
-    return panels.exact_jit is not None and bool(features.get("amx-bf16") and features.get("amx-tile"))
+    return panels.exact_jit is not None and bool(features.get(feature) and features.get("amx-tile"))
 
 
 @functools.cache
-def available() -> bool:
-    """Whether the rounded bf16 products run on AMX tiles: compiled for them, and let."""
-    return tile_product is not None and tiles_permitted()
+def available(feature: str = "amx-bf16") -> bool:
+    """Whether the rounded products of `feature`'s kind run on AMX tiles: compiled for them, and let."""
+    return tile_product is not None and compiled_for(feature) and tiles_permitted()
 
 
 # Module-level kernels, compiled below where numba and AVX-512 are (skinny.py says why not nested).
@@ -42,21 +48,39 @@ prange = range
 panel_tiles = None
 
 
-def tile_product(q, xb, out):  # pragma: no cover - compiled by numba
-    """out = x · Wᵀ for a bf16 matrix's panels q [panels, K/2, 96] and x as xb [M', K/2]
-    bf16 pairs, M' the rows of out rounded up to whole tiles."""
+def tile_product(q, scales, x_parts, out):  # pragma: no cover - compiled by numba
+    """out = x · Wᵀ for a matrix's panels q and their blocks' scales, x as x_parts with the
+    rows of out rounded up to whole tiles: bf16 panels [panels, K/2, 96] with (xb [M', K/2]
+    bf16 pairs,), or Int8 quad panels [panels, K/4, 192] with (xh, xl, x_scale, x_sum)."""
     panels_count = q.shape[0]
     M, N = out.shape
     tasks = min(panels_count, panels.MAX_TASKS)
     for task in prange(tasks):
-        sums = np.empty((TILE_ROWS, panels.PANEL), dtype=np.float32)
+        totals = np.empty((TILE_ROWS, panels.PANEL), dtype=np.float32)
         for p in range(task * panels_count // tasks, (task + 1) * panels_count // tasks):
             first = p * panels.PANEL
             for row in range(0, M, TILE_ROWS):
-                panel_tiles(q[p], xb, row, sums)
-                for m in range(row, min(M, row + TILE_ROWS)):
+                count = min(M - row, TILE_ROWS)
+                totals[:] = 0
+                panel_tiles(q[p], scales[p], x_parts, (row, count), totals)
+                for m in range(count):
                     for o in range(min(panels.PANEL, N - first)):
-                        out[m, first + o] = sums[m - row, o]
+                        out[row + m, first + o] = totals[m, o]
+
+
+def byte_parts(xq, x_scale, x_sum):  # pragma: no cover - compiled by numba
+    """x rounded to 16-bit integers xq [blocks, M', 128] (vnni.round_rows) as the Int8
+    tiles take it: (xh, xl, x_scale, x_sum), xq = 256 · xh + xl, xh signed and xl unsigned."""
+    high = np.empty(xq.shape, dtype=np.int8)
+    low = np.empty(xq.shape, dtype=np.uint8)
+    blocks, M, width = xq.shape
+    for b in range(blocks):
+        for m in range(M):
+            for k in range(width):
+                value = np.int32(xq[b, m, k])
+                high[b, m, k] = np.int8(value >> 8)
+                low[b, m, k] = np.uint8(value & 0xFF)
+    return high, low, x_scale, x_sum
 
 
 def _build():
@@ -65,10 +89,11 @@ def _build():
         return None
     from numba.extending import intrinsic
 
-    from . import amx_ir  # needs numba, configured by panels' build above
+    from . import amx_int8_ir  # needs numba, configured by panels' build above
 
-    global prange, panel_tiles
-    prange, panel_tiles = panels.prange, intrinsic(amx_ir.panel_tiles)
+    global prange, panel_tiles, byte_parts
+    prange, panel_tiles = panels.prange, intrinsic(amx_int8_ir.panel_tiles)
+    byte_parts = panels.exact_jit(parallel=False, inline="always")(byte_parts)
     return panels.exact_jit()(tile_product)
 
 

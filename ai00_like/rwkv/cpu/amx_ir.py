@@ -7,8 +7,9 @@ A bf16 panel (panels.py) holds pair p of its 48 rows side by side, 192 bytes: we
 n's 16 rows of 16 pairs are then a tile read with a stride of 192 bytes, as the panels are
 stored. Rows of x are rounded to bf16 pairs as vdpbf16ps takes them (bf16_rounding.py).
 
-`panel_tiles(panel, xb, row, sums)`: sums [16, 48] float32 = rows row … row + 15 of xb
-[rows, K/2] uint32 · the panel [K/2, 96] uint16's weights. Each tile's sums run over K in
+`panel_tiles(panel, scales, (xb,), (first, count), sums)`: sums [16, 48] float32 = rows
+first … first + 15 of xb [rows, K/2] uint32 · the panel [K/2, 96] uint16's weights (no
+scales; the signature is amx_int8_ir's, whose Int8 panels have them). Each tile's sums run over K in
 order, 16 pairs a step, whatever the other rows of the tile hold: a row's result does not
 depend on its batch or its prompt's chunking.
 """
@@ -16,10 +17,9 @@ depend on its batch or its prompt's chunking.
 from __future__ import annotations
 
 from llvmlite import ir
-from numba import types
 from numba.core import cgutils
 
-from .llvm_ir import I8, I64, c_arrays, declare, index
+from .llvm_ir import I8, I64, declare, index
 
 TILE_ROWS = 16  # rows of x, and of sums, a tile holds
 TILE_BYTES = 64  # a tile row: 16 pairs of bf16, or 16 fp32 sums
@@ -29,15 +29,15 @@ SUM_ROW_BYTES = 4 * 16 * PANEL_VECTORS  # a row of sums: 48 fp32
 SUMS, X_TILE, WEIGHTS = (0, 1, 2), 3, (4, 5, 6)
 
 
-def _config(builder):
-    """ldtilecfg's 64 bytes: palette 1, tiles 0-6 of 16 rows of 64 bytes."""
+def tile_config(builder):
+    """ldtilecfg's 64 bytes: palette 1, all eight tiles of 16 rows of 64 bytes."""
     data = bytearray(64)
     data[0] = 1
-    for tile in range(7):
+    for tile in range(8):
         data[16 + 2 * tile] = TILE_BYTES
         data[48 + tile] = TILE_ROWS
     value = ir.Constant(ir.ArrayType(I8, 64), data)
-    name = "amx_bf16_tile_config"
+    name = "amx_tile_config"
     held = builder.module.globals.get(name) or cgutils.global_constant(builder.module, name, value)
     return builder.bitcast(held, I8.as_pointer())
 
@@ -47,10 +47,11 @@ class TileProduct:
 
     def __init__(self, context, builder, sig, args):
         self.builder = builder
-        panel_t, xb_t, _, sums_t = sig.args
-        panel, xb, self.row, sums = args
+        panel_t, _, parts_t, _, sums_t = sig.args
+        panel, _, parts, rows, sums = args
+        self.row = cgutils.unpack_tuple(builder, rows, 2)[0]
         self.panel = self.bytes_of(context, panel_t, panel)
-        x = context.make_array(xb_t)(context, builder, xb)
+        x = context.make_array(parts_t.types[0])(context, builder, cgutils.unpack_tuple(builder, parts, 1)[0])
         self.x, self.x_stride = builder.bitcast(x.data, I8.as_pointer()), cgutils.unpack_tuple(builder, x.strides)[0]
         self.steps = builder.udiv(cgutils.unpack_tuple(builder, x.shape)[1], index(16))
         self.sums = self.bytes_of(context, sums_t, sums)
@@ -66,7 +67,7 @@ class TileProduct:
 
     def emit(self):
         builder = self.builder
-        builder.call(declare(builder, "llvm.x86.ldtilecfg", ir.VoidType(), I8.as_pointer()), [_config(builder)])
+        builder.call(declare(builder, "llvm.x86.ldtilecfg", ir.VoidType(), I8.as_pointer()), [tile_config(builder)])
         for t in SUMS:
             builder.call(self.zero, [self.tile(t)])
         rows = builder.gep(self.x, [builder.mul(self.row, self.x_stride)])
@@ -83,12 +84,7 @@ class TileProduct:
         builder.call(declare(builder, "llvm.x86.tilerelease", ir.VoidType()), [])
 
 
-def panel_tiles(typingctx, panel, xb, row, sums):
-    """The typing of intrinsic(panel, xb, row, sums)."""
-    if not c_arrays(panel, xb, sums) or (panel.dtype, xb.dtype, sums.dtype) != (types.uint16, types.uint32, types.float32):
-        return None
-
-    def codegen(context, builder, sig, args):
-        TileProduct(context, builder, sig, args).emit()
-        return context.get_dummy_value()
-    return types.void(panel, xb, types.int64, sums), codegen
+def bf16_codegen(context, builder, sig, args):
+    """panel_tiles' code for a bf16 panel (amx_int8_ir.panel_tiles types it)."""
+    TileProduct(context, builder, sig, args).emit()
+    return context.get_dummy_value()

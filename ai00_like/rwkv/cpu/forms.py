@@ -78,7 +78,7 @@ def keep_in_panels(tensors: MutableMapping[str, object], rounding: bool) -> bool
             if not in_panels:
                 tensors[name] = QuantisedMatrix(matrix.kind, matrix.packed, matrix.scales, matrix.shape)
             elif matrix.kind == "int8":
-                matrix.panels = int8_kind(*matrix.panels)  # the same arrays; a model built before keeps its own
+                matrix.panels = int8_kind.like(matrix.panels)  # a model built before keeps its own
         elif in_panels and type(matrix) is QuantisedMatrix:
             if (rows := PackedInt8.of(matrix)) is not None:
                 tensors[name] = Panelled("int8", int8_kind.of(rows))

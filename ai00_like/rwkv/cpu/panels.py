@@ -76,9 +76,10 @@ def in_rows(q: np.ndarray, scales: np.ndarray, rows: int) -> tuple[np.ndarray, n
 
 
 class Int8Panels(NamedTuple):
-    """An Int8 matrix of `rows` × K as the kernels read it (`panelled`): q [panels, K/2,
-    2 · PANEL] bytes, and bounds [panels, K/128, 2, PANEL], each block's low and high as
-    fp16 bit patterns. A weight form's matrices are of a subclass of their own
+    """An Int8 matrix of `rows` × K as the kernels read it (`panelled`): q [panels, K/G,
+    G · PANEL] bytes, G = `GROUP` inputs of a row side by side (a pair; AMX's tiles take a
+    quad), and bounds [panels, K/128, 2, PANEL], each block's low and high as fp16 bit
+    patterns. A weight form's matrices are of a subclass of their own
     (panel_int8.PanelInt8, vnni.RoundedInt8): compiled code tells them apart by type, and
     the subclass's `of` makes one."""
 
@@ -86,9 +87,11 @@ class Int8Panels(NamedTuple):
     bounds: np.ndarray
     rows: int
 
+    GROUP = 2  # inputs of a row side by side
+
     @property
     def shape(self) -> tuple[int, int]:
-        return self.rows, 2 * self.q.shape[1]
+        return self.rows, self.q.shape[1] * self.q.shape[2] // PANEL
 
     @property
     def nbytes(self) -> int:
@@ -98,11 +101,27 @@ class Int8Panels(NamedTuple):
     def of(cls, matrix):
         """An int8.PackedInt8 (q [N, K] bytes, bounds [N, 2·K/128]) in panels."""
         rows, cols = matrix.q.shape
-        return cls(*panelled(matrix.q.reshape(rows, cols // 2, 2), matrix.bounds.reshape(rows, -1, 2)), rows)
+        return cls(*panelled(matrix.q.reshape(rows, cols // cls.GROUP, cls.GROUP), matrix.bounds.reshape(rows, -1, 2)),
+                   rows)
+
+    @classmethod
+    def like(cls, kept: Int8Panels):
+        """Another form's panels as this one's: the same arrays where the layout is the same."""
+        if kept.q.shape[2] == cls.GROUP * PANEL:
+            return cls(*kept)
+        q, bounds = kept.packed()
+        return cls.of(_Rows(q, bounds))
 
     def packed(self) -> tuple[np.ndarray, np.ndarray]:
         """(q [N, K], bounds [N, 2·K/128]) in rows again, as int8.PackedInt8 holds them."""
         return in_rows(self.q, self.bounds, self.rows)
+
+
+class _Rows(NamedTuple):
+    """An Int8 matrix's bytes and bounds in rows, as int8.PackedInt8 holds them."""
+
+    q: np.ndarray
+    bounds: np.ndarray
 
 
 class Bf16Panels(NamedTuple):

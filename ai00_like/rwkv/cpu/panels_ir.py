@@ -70,6 +70,33 @@ def splat_int(builder, value):
     return builder.shuffle_vector(value, ir.Constant(vector, ir.Undefined), ir.Constant(ivec(LANES), None))
 
 
+def block_scale(builder, scales, where):
+    """16 rows' fp16 scale in a panel's scales [blocks, count, PANEL], widened to fp32:
+    where = (block, count, part, n), weight vector n's scale `part` of the block."""
+    block, count, part, n = where
+    halves, lanes = ir.VectorType(ir.IntType(16), LANES), ir.VectorType(ir.HalfType(), LANES)
+    at = builder.add(builder.mul(builder.add(builder.mul(block, index(count)), index(part)), index(PANEL)),
+                     index(LANES * n))
+    bits = builder.load(builder.bitcast(builder.gep(scales, [at]), halves.as_pointer()), align=2)
+    return builder.fpext(builder.bitcast(bits, lanes), fvec(LANES))
+
+
+def int8_step(builder, low, high):
+    """An Int8 block's step, w = low + step · q, as int8.py's kernels compute it (plain IR,
+    no fast-math: the same bits)."""
+    return builder.fdiv(builder.fsub(high, low), ir.Constant(fvec(LANES), [255.0] * LANES))
+
+
+def rounded_fold(builder, fma, block_sum, row_scales, total):
+    """A row's total with an Int8 block's share on x rounded to 16-bit integers folded in:
+    total = fma(float(Σ q·xq), step · x_scale, total); total = fma(low, x_sum, total), the
+    same two FMAs in every kernel. block_sum: the exact Σ q·xq; row_scales: (low, step, the
+    row's x_scale and x_sum broadcast)."""
+    low, step, x_scale, x_sum = row_scales
+    total = builder.call(fma, [builder.sitofp(block_sum, fvec(LANES)), builder.fmul(step, x_scale), total])
+    return builder.call(fma, [low, x_sum, total])
+
+
 class PanelBlock:
     """One call: weight block `block` of a panel against rows j … j + x_rows − 1 of x,
     folded into those rows of `totals` (row m at totals[m − t]).
@@ -132,12 +159,7 @@ class PanelBlock:
 
     def scale(self, part, n):
         """Scale `part` of weight vector n's rows in the block, widened from fp16."""
-        builder = self.builder
-        halves, lanes = ir.VectorType(ir.IntType(16), LANES), ir.VectorType(ir.HalfType(), LANES)
-        at = builder.add(builder.mul(builder.add(builder.mul(self.block, index(self.SCALES)), index(part)),
-                                     index(PANEL)), index(LANES * n))
-        bits = builder.load(builder.bitcast(builder.gep(self.scales, [at]), halves.as_pointer()), align=2)
-        return builder.fpext(builder.bitcast(bits, lanes), fvec(LANES))
+        return block_scale(self.builder, self.scales, (self.block, self.SCALES, part, n))
 
     def fp32_x(self, context, part_type, part):
         self.x = [row_pointer(context, self.builder, part_type, part, r)[0] for r in self.rows]
@@ -186,8 +208,8 @@ class Int8Block(PanelBlock):
     def block_scales(self, n):
         """(low, step) of the block, w = low + step · q, computed as int8.py's kernels
         compute them (plain IR, no fast-math: the same bits)."""
-        low, high = self.scale(0, n), self.scale(1, n)
-        return low, self.builder.fdiv(self.builder.fsub(high, low), ir.Constant(fvec(LANES), [255.0] * LANES))
+        low = self.scale(0, n)
+        return low, int8_step(self.builder, low, self.scale(1, n))
 
 
 class Fp32Block(Int8Block):
@@ -246,8 +268,7 @@ class Int16Block(Int8Block):
             exact = builder.add(exact, chain)
         x_scale = broadcast(builder, builder.load(builder.gep(self.x_scale[m], [self.block])), LANES)
         x_sum = broadcast(builder, builder.load(builder.gep(self.x_sum[m], [self.block])), LANES)
-        total = builder.call(self.fma, [builder.sitofp(exact, fvec(LANES)), builder.fmul(step, x_scale), total])
-        return builder.call(self.fma, [low, x_sum, total])
+        return rounded_fold(builder, self.fma, exact, (low, step, x_scale, x_sum), total)
 
 
 class Nf4Block(PanelBlock):

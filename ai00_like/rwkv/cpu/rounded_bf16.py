@@ -37,7 +37,7 @@ class RoundedBf16(PanelBf16):
 def product(W, x, out):  # pragma: no cover - compiled by numba
     """out = x · Wᵀ, x rounded to bf16: the kernel for compiled callers (fused7.py) and the entry's."""
     if ON_TILES:
-        amx.tile_product(W.q, bf16_pairs(x, amx.TILE_ROWS), out)
+        amx.tile_product(W.q, W.scales, (bf16_pairs(x, amx.TILE_ROWS),), out)
     else:
         panels.panel_product(W.q, W.scales, (bf16_pairs(x, 1),), out)
 

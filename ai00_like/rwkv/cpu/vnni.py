@@ -28,7 +28,7 @@ import functools
 
 import numpy as np
 
-from . import panels
+from . import amx, panels
 from .panels import INT8_BLOCK, Int8Panels
 from .weight_form import WeightForm
 
@@ -38,10 +38,16 @@ TO_SCALE = np.float32(1.0 / 32767.0)  # 32,767: the largest rounded activation
 PARALLEL_ROUNDING_ROWS = 48
 
 
+ON_TILES = amx.available("amx-int8")  # a constant of the compiled product
+
+
 class RoundedInt8(Int8Panels):
-    """An Int8 matrix in panels that a model multiplies with rounded activations."""
+    """An Int8 matrix in panels that a model multiplies with rounded activations: a quad of
+    inputs of a row side by side for AMX's tiles, a pair for vpdpwssd."""
 
     __slots__ = ()
+
+    GROUP = 4 if ON_TILES else 2
 
 
 # Module-level kernels, compiled below where numba and AVX-512 are (skinny.py says why not nested).
@@ -52,15 +58,19 @@ def round_rows(x, xq, x_scale, x_sum):  # pragma: no cover - compiled by numba
     """Each row and 128-input block of x [M, K] as xq [K/128, M, 128] int16 (a block's rows
     side by side, as the kernels read them) with its x_scale, and x_sum = x_scale · Σ xq.
     Only multiplications, a maximum and an integer sum: the same bits under any
-    reassociation."""
+    reassociation. The largest |x| is found on the bit patterns, which order as the
+    values do: an integer maximum is vectorised, a float one (without fast-math) is not
+    (512 × 2,048 on two cores 0.72 → 0.21 ms)."""
     M, K = x.shape
+    bits = x.view(np.int32)
     for m in prange(M):
+        top = np.empty(1, dtype=np.int32)
         for b in range(K // INT8_BLOCK):
             first = b * INT8_BLOCK
-            largest = np.float32(0.0)
+            top[0] = 0
             for k in range(first, first + INT8_BLOCK):
-                largest = max(largest, abs(x[m, k]))
-            scale = largest * TO_SCALE
+                top[0] = max(top[0], bits[m, k] & 0x7FFFFFFF)
+            scale = top.view(np.float32)[0] * TO_SCALE
             inverse = np.float32(1.0) / scale if scale > 0 else np.float32(0.0)
             total = 0
             for k in range(first, first + INT8_BLOCK):
@@ -74,14 +84,18 @@ def round_rows(x, xq, x_scale, x_sum):  # pragma: no cover - compiled by numba
 def product(W, x, out):  # pragma: no cover - compiled by numba
     """out = x · Wᵀ, x rounded: the kernel for compiled callers (fused7.py) and the entry's."""
     M, K = x.shape
-    xq = np.empty((K // INT8_BLOCK, M, INT8_BLOCK), dtype=np.int16)
-    x_scale = np.empty((M, K // INT8_BLOCK), dtype=np.float32)
-    x_sum = np.empty((M, K // INT8_BLOCK), dtype=np.float32)
+    rows = -(-M // amx.TILE_ROWS) * amx.TILE_ROWS if ON_TILES else M  # the tiles take 16 rows
+    xq = np.zeros((K // INT8_BLOCK, rows, INT8_BLOCK), dtype=np.int16)
+    x_scale = np.zeros((rows, K // INT8_BLOCK), dtype=np.float32)
+    x_sum = np.zeros((rows, K // INT8_BLOCK), dtype=np.float32)
     if M >= PARALLEL_ROUNDING_ROWS:
         round_rows(x, xq, x_scale, x_sum)
     else:
         round_rows_here(x, xq, x_scale, x_sum)
-    panels.panel_product(W.q, W.bounds, (xq.view(np.int32), x_scale, x_sum), out)
+    if ON_TILES:
+        amx.tile_product(W.q, W.bounds, amx.byte_parts(xq, x_scale, x_sum), out)
+    else:
+        panels.panel_product(W.q, W.bounds, (xq.view(np.int32), x_scale, x_sum), out)
 
 
 def entry(W, x, out):  # pragma: no cover - compiled by numba
