@@ -27,9 +27,9 @@ def same_for(version):
     return 1e-4 if version == "5.0" else SAME
 
 
-def model_for(version, max_batch=1, backend="numpy"):
-    return synthetic_model(version, max_batch=max_batch, backend=backend, n_layer=2, n_embd=64, head_size=32,
-                           vocab=500, seed=VERSIONS.index(version))
+def model_for(version, max_batch=1, backend="numpy", head_size=32):
+    return synthetic_model(version, max_batch=max_batch, backend=backend, n_layer=2, n_embd=2 * head_size,
+                           head_size=head_size, vocab=500, seed=VERSIONS.index(version))
 
 
 def tokens(seed, n, vocab=500):
@@ -81,12 +81,14 @@ def test_without_numba_batches_and_chunks_change_nothing(version, numpy_only):
 
 
 @pytest.mark.skipif(blocks.chunk_heads is None, reason="the compiled heads need numba")
-def test_prompts_through_the_compiled_heads_match_numpys(monkeypatch):
+@pytest.mark.parametrize("head_size", [32, 64])
+def test_prompts_through_the_compiled_heads_match_numpys(monkeypatch, head_size):
     """A step with prompts runs v7's work between the products (the WKV's inputs, the
     recurrence, the gated heads) in one compiled call per layer; the numpy form, which runs
-    while the kernels compile, must give the same logits and leave the same states."""
+    while the kernels compile, must give the same logits and leave the same states. Heads
+    of 64, every released model's, run a recurrence of their own (wkv7_ir.py)."""
     def run(heads):
-        model = model_for("7", max_batch=3)
+        model = model_for("7", max_batch=3, head_size=head_size)
         monkeypatch.setattr(blocks, "chunk_heads", heads)
         prompts = [StepInput(0, tokens(20, 100), "all"), StepInput(1, tokens(21, 70), "all"), StepInput(2, [7], "all")]
         logits = model.step(prompts)

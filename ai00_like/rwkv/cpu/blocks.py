@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..norms import group_norm, layer_norm
+from ..norms import LN_EPS, group_norm, layer_norm
 from ..weights import LayerWeights, att_projections, ffn_projections, v7_loras
 from .ops import kernel_form, linear, sigmoid, silu, token_shift
 from .wkv import (
@@ -30,9 +30,9 @@ from .jit import kernels_on, launch
 from .wkv_numba import wkv5_segments
 
 if intrinsics.build() is not None:
-    from .fused7_layer import chunk_heads
+    from .fused7_layer import chunk_heads, rows_layer_norm
 else:
-    chunk_heads = None
+    chunk_heads = rows_layer_norm = None
 
 V7_DECAY_SCALE = 0.606531  # e^-1/2, as the reference writes it
 
@@ -296,7 +296,14 @@ class Block:
 
     def __call__(self, x, slots, plan, ctx):
         """x: (A, C), the step's rows; slots: this layer's `LayerSlots` of every slot."""
-        z = layer_norm(x, *self.ln1)
+        z = _layer_norm(x, self.ln1)
         x = x + self.time_mix(z, token_shift(z, slots.att_shift, plan), plan, slots.wkv, ctx)
-        z = layer_norm(x, *self.ln2)
+        z = _layer_norm(x, self.ln2)
         return x + self.channel_mix(z, token_shift(z, slots.ffn_shift, plan))
+
+
+def _layer_norm(x: np.ndarray, weights: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Each row of x normed: compiled, on the cores, or numpy's while the kernels compile."""
+    if rows_layer_norm is not None and kernels_on() and x.dtype == np.float32:
+        return rows_layer_norm(x, *weights, LN_EPS)
+    return layer_norm(x, *weights)
