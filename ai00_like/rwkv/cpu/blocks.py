@@ -30,9 +30,9 @@ from .jit import kernels_on, launch
 from .wkv_numba import wkv5_segments
 
 if intrinsics.build() is not None:
-    from .fused7_layer import chunk_heads, rows_layer_norm
+    from .fused7_layer import chunk_heads, rows_layer_norm, rows_mixed, rows_relu_squared
 else:
-    chunk_heads = rows_layer_norm = None
+    chunk_heads = rows_layer_norm = rows_mixed = rows_relu_squared = None
 
 V7_DECAY_SCALE = 0.606531  # e^-1/2, as the reference writes it
 
@@ -203,16 +203,16 @@ class TimeMix7:
         # x_q = z + (p − z)·μ_q, each made where it is used: the six at once were a prefill's
         # largest temporaries
         delta, (mu_r, mu_w, mu_k, mu_v, mu_a, mu_g) = prev - z, self.mix
-        xv = z + delta * mu_v
+        xv = _mixed(z, delta, mu_v)
         lora = self.lora
         v = linear(xv, self.W["value"])
         rows = HeadRows(
-            r=linear(z + delta * mu_r, self.W["receptance"]),
-            k=linear(z + delta * mu_k, self.W["key"]),
+            r=linear(_mixed(z, delta, mu_r), self.W["receptance"]),
+            k=linear(_mixed(z, delta, mu_k), self.W["key"]),
             v=v,
-            g=linear(sigmoid(linear(z + delta * mu_g, lora["g1"])), lora["g2"]),
-            decay_lora=linear(np.tanh(linear(z + delta * mu_w, lora["w1"])), lora["w2"]),
-            alpha_lora=linear(linear(z + delta * mu_a, lora["a1"]), lora["a2"]),
+            g=linear(sigmoid(linear(_mixed(z, delta, mu_g), lora["g1"])), lora["g2"]),
+            decay_lora=linear(np.tanh(linear(_mixed(z, delta, mu_w), lora["w1"])), lora["w2"]),
+            alpha_lora=linear(linear(_mixed(z, delta, mu_a), lora["a1"]), lora["a2"]),
             value_lora=v if self.first else linear(linear(xv, lora["v1"]), lora["v2"]),
         )
         if chunk_heads is not None and kernels_on():
@@ -260,7 +260,7 @@ class ChannelMix7:
         self.W = projections(w, "ffn", ffn_projections(info.version))
 
     def __call__(self, z, prev):
-        return feed_forward(self.W, z + (prev - z) * self.mix)
+        return feed_forward(self.W, _mixed(z, prev - z, self.mix))
 
 
 def wkv5(plan, states, r, k, v, log_decay, bonus):
@@ -274,8 +274,11 @@ def wkv5(plan, states, r, k, v, log_decay, bonus):
 def feed_forward(W, xk, xr=None):
     """The channel mix after its token mix: W_v relu(W_k x_k)², gated by σ(W_r x_r) before v7."""
     hidden = linear(xk, W["key"])  # [A, 4C]: squared in place, the largest activation of a prefill
-    np.maximum(hidden, 0.0, out=hidden)
-    out = linear(np.square(hidden, out=hidden), W["value"])
+    if rows_relu_squared is not None and kernels_on() and hidden.dtype == np.float32 and hidden.flags.c_contiguous:
+        rows_relu_squared(hidden)
+    else:
+        np.square(np.maximum(hidden, 0.0, out=hidden), out=hidden)
+    out = linear(hidden, W["value"])
     return out if xr is None else sigmoid(linear(xr, W["receptance"])) * out
 
 
@@ -300,6 +303,13 @@ class Block:
         x = x + self.time_mix(z, token_shift(z, slots.att_shift, plan), plan, slots.wkv, ctx)
         z = _layer_norm(x, self.ln2)
         return x + self.channel_mix(z, token_shift(z, slots.ffn_shift, plan))
+
+
+def _mixed(z: np.ndarray, delta: np.ndarray, mu: np.ndarray) -> np.ndarray:
+    """A token mix z + delta · mu (delta = p − z): compiled, on the cores, or numpy's while the kernels compile."""
+    if rows_mixed is not None and kernels_on() and z.dtype == delta.dtype == mu.dtype == np.float32:
+        return rows_mixed(z, delta, mu.reshape(-1))
+    return z + delta * mu
 
 
 def _layer_norm(x: np.ndarray, weights: tuple[np.ndarray, np.ndarray]) -> np.ndarray:

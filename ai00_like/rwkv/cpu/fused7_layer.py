@@ -119,6 +119,26 @@ def rows_layer_norm(x, weight, bias, eps):  # pragma: no cover - compiled by num
     return out
 
 
+@_tools.jit(error_model="numpy")
+def rows_mixed(z, delta, mu):  # pragma: no cover - compiled by numba
+    """z + delta · mu of a prompt's chunk [M, C] (a token mix, delta = p − z), on the cores in
+    one pass: numpy's two passes and a temporary took 1.3 ms of [512, 2,048] a mix."""
+    out = np.empty_like(z)
+    for m in prange(z.shape[0]):
+        for i in range(z.shape[1]):
+            out[m, i] = z[m, i] + delta[m, i] * mu[i]
+    return out
+
+
+@_tools.jit(error_model="numpy")
+def rows_relu_squared(hidden):  # pragma: no cover - compiled by numba
+    """hidden ← max(hidden, 0)² in place, on the cores in one pass (the channel mix's)."""
+    for m in prange(hidden.shape[0]):
+        for i in range(hidden.shape[1]):
+            value = max(hidden[m, i], np.float32(0.0))
+            hidden[m, i] = value * value
+
+
 @inlined
 def sigmoid(v):  # pragma: no cover - compiled by numba
     return np.float32(1.0) / (np.float32(1.0) + exp(-v))
