@@ -77,8 +77,9 @@ def test_a_model_rounds_its_bf16_products_only_when_not_exact():
     assert rounded.rounds_activations and not exact.rounds_activations
     assert isinstance(rounded.head, rounded_bf16.RoundedBf16) and isinstance(exact.head, np.ndarray)
     assert all(isinstance(m, rounded_bf16.RoundedBf16) for m in rounded.blocks[1].channel_mix.W.values())
-    lora = rounded.blocks[1].time_mix.lora  # in panels where their inputs are whole blocks (256 of them, not 16)
-    assert isinstance(lora["w1"], rounded_bf16.RoundedBf16) and is_bf16(lora["w2"]) and is_bf16(exact.blocks[1].time_mix.lora["w1"])
+    lora = rounded.blocks[1].time_mix.lora  # in panels, w2's 16 inputs padded to a block of 64
+    assert all(isinstance(m, rounded_bf16.RoundedBf16) for m in lora.values()) and is_bf16(exact.blocks[1].time_mix.lora["w1"])
+    assert lora["w2"].shape[1] == 64 and tensors["blocks.1.att.w2"].shape[0] == 16
     for name, a in loaded.items():
         np.testing.assert_array_equal(rounded.tensors[name].view(np.uint16), a.view(np.uint16), err_msg=name)
     prompt = np.random.default_rng(0).integers(1, info.vocab, 200).tolist()

@@ -40,13 +40,15 @@ def round_rows(x, xb):  # pragma: no cover - compiled by numba
                                  | (nearest_bf16(np.int64(bits[m, 2 * p + 1])) << 16))
 
 
-def bf16_pairs(x, whole):  # pragma: no cover - compiled by numba
-    """x [M, K] rounded as round_rows rounds it, with zero rows after it up to a multiple of
-    `whole` rows (AMX's tiles take 16): in the calling thread for a decoding step's few
+def bf16_pairs(x, whole, pairs):  # pragma: no cover - compiled by numba
+    """x [M, K] rounded as round_rows rounds it, as `pairs` ≥ K/2 pairs a row (the weights'
+    K padded to whole blocks) with zero rows after it up to a multiple of `whole` rows
+    (AMX's tiles take 16), the padding zero: in the calling thread for a decoding step's few
     rows (no launch on the cores), on the cores for a prompt's."""
     M, K = x.shape
-    xb = np.empty((-(-M // whole) * whole, K // 2), dtype=np.uint32)
+    xb = np.empty((-(-M // whole) * whole, pairs), dtype=np.uint32)
     xb[M:] = 0
+    xb[:M, K // 2:] = 0
     if M >= PARALLEL_ROUNDING_ROWS:
         round_rows(x, xb[:M])
     else:

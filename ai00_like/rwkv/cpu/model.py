@@ -271,13 +271,15 @@ def _bf16_panel_kind(precision: str, width: int, exact: bool) -> type | None:
 
 def _bf16_in_panels(blocks, head, kind: type):
     """The blocks' projections put in panels of `kind` in place (panel_bf16.in_panels), and
-    the head's. Rounded, the v7 LoRA factors too (those whose inputs are whole blocks): in
-    rows they took a fifth of a 1.5B prefill on AMX's tiles (0.52 of 2.5 s, against 0.08)."""
+    the head's. Rounded, the v7 LoRA factors too: in rows they took a fifth of a 1.5B
+    prefill on AMX's tiles (0.52 of 2.5 s, against 0.08); a factor whose inputs are not
+    whole blocks (1.5B's 96-wide decay and α LoRAs) padded with zeros, as the rounded
+    products pad x (in rows, the two took 0.14 s of a 2.4 s prefill)."""
     for block in blocks:
         for mix in (block.time_mix, block.channel_mix):
             mix.W = {name: bf16_in_panels(matrix, kind) for name, matrix in mix.W.items()}
         if kind is RoundedBf16 and (lora := getattr(block.time_mix, "lora", None)) is not None:
-            block.time_mix.lora = {name: bf16_in_panels(matrix, kind) for name, matrix in lora.items()}
+            block.time_mix.lora = {name: bf16_in_panels(matrix, kind, padded=True) for name, matrix in lora.items()}
     return bf16_in_panels(head, kind)
 
 

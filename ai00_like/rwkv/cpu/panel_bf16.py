@@ -84,13 +84,17 @@ def keeps_bf16_panels(precision: str, width: int, rounding: bool = False) -> boo
     return precision == "bf16" and (width >= PANEL_WIDTH or rounding) and panels.available()
 
 
-def in_panels(matrix, kind: type[Bf16Panels] = PanelBf16):
+def in_panels(matrix, kind: type[Bf16Panels] = PanelBf16, padded: bool = False):
     """A bf16 matrix [N, K] in panels of `kind` (a bf16 panel form's), its mapped pages
-    dropped; anything else (K not whole blocks) as it is."""
+    dropped; anything else as it is, and K not whole blocks too unless `padded`: then with
+    zero inputs up to whole blocks (a form whose kernels pad x the same way, rounded_bf16's)."""
     if not (isinstance(matrix, np.ndarray) and matrix.ndim == 2 and is_bf16(matrix)) \
-            or matrix.shape[1] % Bf16Panels.BLOCK:
+            or (matrix.shape[1] % Bf16Panels.BLOCK and not padded):
         return matrix
-    kept = kind.of(np.ascontiguousarray(matrix).view(np.uint16))
+    bits = np.ascontiguousarray(matrix).view(np.uint16)
+    if (missing := -matrix.shape[1] % Bf16Panels.BLOCK):
+        bits = np.pad(bits, ((0, 0), (0, missing)))
+    kept = kind.of(bits)
     release_pages(matrix)
     return kept
 

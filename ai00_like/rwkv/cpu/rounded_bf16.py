@@ -37,9 +37,9 @@ class RoundedBf16(PanelBf16):
 def product(W, x, out):  # pragma: no cover - compiled by numba
     """out = x · Wᵀ, x rounded to bf16: the kernel for compiled callers (fused7.py) and the entry's."""
     if ON_TILES:
-        amx.tile_product(W.q, W.scales, (bf16_pairs(x, amx.TILE_ROWS),), out)
+        amx.tile_product(W.q, W.scales, (bf16_pairs(x, amx.TILE_ROWS, W.q.shape[1]),), out)
     else:
-        panels.panel_product(W.q, W.scales, (bf16_pairs(x, 1),), out)
+        panels.panel_product(W.q, W.scales, (bf16_pairs(x, 1, W.q.shape[1]),), out)
 
 
 def entry(W, x, out):  # pragma: no cover - compiled by numba
@@ -61,7 +61,7 @@ if (_kernels := panels.compile_form(product, entry)) is not None:
 def matmul(x: np.ndarray, w: RoundedBf16) -> np.ndarray:
     """x [M, K] · Wᵀ → [M, N], x rounded to bf16: the compiled kernel, or numpy while it is not ready."""
     if _entry is None or not kernels_on():
-        return numpy_product(rounded(x), w)
+        return numpy_product(np.pad(rounded(x), ((0, 0), (0, w.shape[1] - x.shape[1]))), w)
     return panels.matmul(_entry, x, w)
 
 
