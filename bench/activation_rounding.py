@@ -17,7 +17,9 @@ opening of Genesis), and for Int8 and NF4 weights against their own unrounded se
 VNNI (cpu/vnni.py); where the CPU has it, the "VNNI" line measures those kernels themselves.
 "bf16" is what it does to bf16 products on a CPU with AVX-512 BF16 (cpu/rounded_bf16.py);
 the "BF16" line measures those kernels, against the same model in bf16 with exact products
-(the demo's fp16 weights rounded to bf16 for both). `--kernels-only` measures just those lines.
+(the demo's fp16 weights rounded to bf16 for both). The "NF4 tiles" line measures what it
+does to NF4 products where the CPU has AMX's tiles (cpu/rounded_nf4.py: weights widened to
+bf16, x rounded to bf16). `--kernels-only` measures just those lines.
 
     .venv/bin/python bench/activation_rounding.py [--positions 2000] [--versions 7,6] [--kernels-only]
 """
@@ -36,7 +38,7 @@ from shapes import SHAPES
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ai00_like.rwkv import load_model
-from ai00_like.rwkv.cpu import blocks, rounded_bf16, vnni
+from ai00_like.rwkv.cpu import blocks, rounded_bf16, rounded_nf4, vnni
 from ai00_like.rwkv.cpu import model as cpu_model
 from ai00_like.rwkv.cpu.model import CpuModel
 from ai00_like.rwkv.info import detect
@@ -158,6 +160,8 @@ def main() -> None:
                       f"{figures['median']:8.4f} {figures['top1']:7.3f}", flush=True)
             if weights == "int8" and vnni.available():
                 kernels_line(results, (name, weights, "VNNI"), prompt, want, make(weights, exact=False))
+            if weights == "nf4" and rounded_nf4.available():  # widened to bf16 on AMX's tiles
+                kernels_line(results, (name, weights, "NF4 tiles"), prompt, want, make(weights, exact=False))
             if weights == "bf16" and rounded_bf16.available():  # against the same weights in bf16, exact
                 want = make(weights, precision="bf16").forward(prompt, full_output=True)[0]
                 kernels_line(results, (name, weights, "BF16"), prompt, want, make(weights, precision="bf16", exact=False))

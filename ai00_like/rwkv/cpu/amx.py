@@ -11,6 +11,9 @@ Each multiplies the same numbers as the AVX-512 kernel it stands in for:
   low bytes for `tdpbsud` and `tdpbuud` (amx_int8_ir.py), the panels holding quads of
   inputs; the block sums are the integers vpdpwssd makes, folded the same way, so the
   result is the same to the bit.
+* NF4 (rounded_nf4.py), on tiles only: 48 rows at a time widened to bf16 (amx_nf4_ir.py)
+  and multiplied with x rounded to bf16 as for bf16 weights.
+  Without tiles an NF4 model's products stay exact.
 
 They run where numba compiles for a CPU with AMX (and its BF16 or INT8 part) and Linux lets
 the process use the tiles (jit.tiles_permitted). Rows of x go to the tiles 16 at a time,
@@ -27,6 +30,12 @@ import numpy as np
 from . import panels, vector_dots
 from .jit import tiles_permitted
 
+# bf16 past each widened row of an NF4 matrix: rows a multiple of 4 KiB apart share L1's sets
+WIDENED_PADDING = 32
+NF4_BLOCK_INPUTS, NF4_BLOCK_BYTES = 64, 32
+# Blocks of 48 rows widened at a time for one group of rows of x (a decoding step): 27 KiB
+# of bf16, in L1 while the tiles read it.
+NF4_BLOCKS_IN_L1 = 4
 TILE_ROWS = 16  # rows of x a tile product takes (amx_ir.py's tiles: not imported before numba is configured)
 
 
@@ -45,7 +54,7 @@ def available(feature: str = "amx-bf16") -> bool:
 
 # Module-level kernels, compiled below where numba and AVX-512 are (skinny.py says why not nested).
 prange = range
-panel_tiles = None
+panel_tiles = widen_rows = nf4_tiles = None
 
 
 def tile_product(q, scales, x_parts, out):  # pragma: no cover - compiled by numba
@@ -68,6 +77,42 @@ def tile_product(q, scales, x_parts, out):  # pragma: no cover - compiled by num
                         out[row + m, first + o] = totals[m, o]
 
 
+def nf4_tile_product(q, absmax, levels, xt, out):  # pragma: no cover - compiled by numba
+    """out = x · Wᵀ for an NF4 matrix in rows, q [N', K/2] and absmax (N' a multiple of 48,
+    rounded_nf4.RoundedNF4), x as bf16 pairs xt [groups, K/2, 16] (rounded_nf4.tile_pairs):
+    each 48 rows widened to bf16 (amx_nf4_ir.py) once a call and multiplied by every group
+    of 16 rows of x; for one group, a few blocks at a time, the widened part kept in L1."""
+    M, N = out.shape
+    blocks = q.shape[1] // NF4_BLOCK_BYTES
+    panels_count = q.shape[0] // panels.PANEL
+    tasks = min(panels_count, panels.MAX_TASKS)
+    span = blocks if xt.shape[0] > 1 else NF4_BLOCKS_IN_L1
+    for task in prange(tasks):
+        sums = np.empty((panels.PANEL, TILE_ROWS), dtype=np.float32)
+        widened = np.empty((panels.PANEL, NF4_BLOCK_INPUTS * span + WIDENED_PADDING), dtype=np.uint16)
+        for p in range(task * panels_count // tasks, (task + 1) * panels_count // tasks):
+            first = p * panels.PANEL
+            if xt.shape[0] > 1:
+                widen_rows(q, absmax, levels, first, (0, blocks), widened)
+                for group in range(xt.shape[0]):
+                    nf4_tiles(widened, xt, group, (0, 2 * blocks), sums)
+                    nf4_rows_out(sums, group, first, out)
+            else:
+                for b in range(0, blocks, span):
+                    count = min(span, blocks - b)
+                    widen_rows(q, absmax, levels, first, (b, count), widened)
+                    nf4_tiles(widened, xt, 0, (2 * b, 2 * count), sums)
+                nf4_rows_out(sums, 0, first, out)
+
+
+def nf4_rows_out(sums, group, first, out):  # pragma: no cover - compiled by numba
+    """Rows 16·group … of out, outputs first … first + 47, from the tiles' sums [48, 16] (by output)."""
+    M, N = out.shape
+    for m in range(min(M - group * TILE_ROWS, TILE_ROWS)):
+        for o in range(min(panels.PANEL, N - first)):
+            out[group * TILE_ROWS + m, first + o] = sums[o, m]
+
+
 def byte_parts(xq, x_scale, x_sum):  # pragma: no cover - compiled by numba
     """x rounded to 16-bit integers xq [blocks, M', 128] (vnni.round_rows) as the Int8
     tiles take it: (xh, xl, x_scale, x_sum), xq = 256 · xh + xl, xh signed and xl unsigned."""
@@ -84,17 +129,20 @@ def byte_parts(xq, x_scale, x_sum):  # pragma: no cover - compiled by numba
 
 
 def _build():
-    """tile_product compiled (not run: it is for the tiles), or None where numba does not compile for AMX."""
+    """The tile products compiled (not run: they are for the tiles), or Nones where numba does
+    not compile for AMX."""
     if not compiled_for():
-        return None
+        return None, None
     from numba.extending import intrinsic
 
-    from . import amx_int8_ir  # needs numba, configured by panels' build above
+    from . import amx_int8_ir, amx_nf4_ir  # need numba, configured by panels' build above
 
-    global prange, panel_tiles, byte_parts
+    global prange, panel_tiles, widen_rows, nf4_tiles, byte_parts, nf4_rows_out
     prange, panel_tiles = panels.prange, intrinsic(amx_int8_ir.panel_tiles)
-    byte_parts = panels.exact_jit(parallel=False, inline="always")(byte_parts)
-    return panels.exact_jit()(tile_product)
+    widen_rows, nf4_tiles = intrinsic(amx_nf4_ir.widen_rows), intrinsic(amx_nf4_ir.nf4_tiles)
+    inline = panels.exact_jit(parallel=False, inline="always")
+    byte_parts, nf4_rows_out = inline(byte_parts), inline(nf4_rows_out)
+    return panels.exact_jit()(tile_product), panels.exact_jit()(nf4_tile_product)
 
 
-tile_product = _build()
+tile_product, nf4_tile_product = _build()

@@ -20,7 +20,10 @@ from .panel_nf4 import PANEL_NF4, PanelNF4
 from .panels import Bf16Panels, Int8Panels, Nf4Panels
 from .panels import available as panels_available
 from .rounded_bf16 import ROUNDED_BF16
+from .rounded_nf4 import ROUNDED_NF4, RoundedNF4
+from .rounded_nf4 import available as nf4_tiles_available
 from .vnni import ROUNDED_INT8, RoundedInt8
+from .vnni import available as vnni_available
 
 # The packed forms first: a matrix takes the first form that packs it, and the dense form
 # takes every array and dequantises what no packed form takes. The panel forms take the
@@ -28,9 +31,12 @@ from .vnni import ROUNDED_INT8, RoundedInt8
 # before INT8 and NF4, which would take them too. A wide model's bf16 matrices are put in
 # panels once its layers are built (panel_bf16.in_panels), where the CPU has AVX-512: of the
 # form for rounded activations (rounded_bf16.py) or for fp32 ones.
-FORMS: tuple[WeightForm, ...] = (ROUNDED_INT8, PANEL_INT8, PANEL_NF4, INT8, NF4, ROUNDED_BF16, PANEL_BF16, DENSE)
+FORMS: tuple[WeightForm, ...] = (ROUNDED_INT8, PANEL_INT8, ROUNDED_NF4, PANEL_NF4, INT8, NF4, ROUNDED_BF16, PANEL_BF16,
+                                 DENSE)
 # The kinds of matrices in panels.
 PANEL_KINDS = (Int8Panels, Nf4Panels, Bf16Panels)
+# The kinds multiplied with rounded activations (`exact = false`).
+ROUNDED_KINDS = (RoundedInt8, RoundedNF4)
 _BY_KIND = {form.kind: form for form in FORMS}
 
 
@@ -66,25 +72,27 @@ class Panelled(QuantisedMatrix):
         return self.panels.nbytes
 
 
-def keep_in_panels(tensors: MutableMapping[str, object], rounding: bool) -> bool:
+def keep_in_panels(tensors: MutableMapping[str, object], exact: bool) -> bool:
     """Each Int8 and NF4 matrix of `tensors`, in place, as a model multiplies it: in panels
-    (Panelled) where the CPU has AVX-512, Int8 of the form for rounded activations or for
-    fp32 ones, in rows elsewhere (a dict that a model on other kernels put in panels).
-    Whether any matrix is then multiplied with rounded activations."""
-    int8_kind = RoundedInt8 if rounding else PanelInt8
+    (Panelled) where the CPU has AVX-512, in rows elsewhere (a dict that a model on other
+    kernels put in panels). Not `exact`, of the form for rounded activations where the CPU
+    has its instructions (Int8: AVX-512 VNNI; NF4: AMX's bf16 tiles), else of the form for
+    fp32 ones. Whether any matrix is then multiplied with rounded activations."""
+    kinds = {"int8": RoundedInt8 if not exact and vnni_available() else PanelInt8,
+             "nf4": RoundedNF4 if not exact and nf4_tiles_available() else PanelNF4}
     in_panels = panels_available()
     for name, matrix in tensors.items():
         if isinstance(matrix, Panelled):
             if not in_panels:
                 tensors[name] = QuantisedMatrix(matrix.kind, matrix.packed, matrix.scales, matrix.shape)
-            elif matrix.kind == "int8":
-                matrix.panels = int8_kind.like(matrix.panels)  # a model built before keeps its own
+            else:
+                matrix.panels = kinds[matrix.kind].like(matrix.panels)  # a model built before keeps its own
         elif in_panels and type(matrix) is QuantisedMatrix:
             if (rows := PackedInt8.of(matrix)) is not None:
-                tensors[name] = Panelled("int8", int8_kind.of(rows))
+                tensors[name] = Panelled("int8", kinds["int8"].of(rows))
             elif (rows := PackedNF4.of(matrix)) is not None:
-                tensors[name] = Panelled("nf4", PanelNF4.of(rows))
-    return rounding and any(isinstance(m, Panelled) and m.kind == "int8" for m in tensors.values())
+                tensors[name] = Panelled("nf4", kinds["nf4"].of(rows))
+    return any(isinstance(m, Panelled) and type(m.panels) in ROUNDED_KINDS for m in tensors.values())
 
 
 def form_of(weight) -> WeightForm:

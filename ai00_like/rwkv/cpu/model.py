@@ -18,7 +18,7 @@ from ..info import ModelInfo
 from ..norms import layer_norm
 from ..state import State, StatePool
 from ..weights import as_float32, embedding_rows, file_precision, stored
-from . import rounded_bf16, vnni
+from . import rounded_bf16
 from .arena import Arena
 from .blocks import Block, Context
 from .forms import PANEL_KINDS, keep_in_panels
@@ -50,7 +50,7 @@ class CpuModel:
         until a background thread has compiled them (`kernels_ready`), dense weights only
         (the packed forms have no numpy product: they warm up now). Not `exact`, Int8 and
         bf16 products round the activations where the CPU has AVX-512 VNNI or BF16 (vnni.py,
-        rounded_bf16.py). Where the CPU has AVX-512, Int8 and NF4 matrices are replaced in
+        rounded_bf16.py), and NF4 ones are widened to bf16 on AMX's tiles (rounded_nf4.py). Where the CPU has AVX-512, Int8 and NF4 matrices are replaced in
         `tensors` by the same numbers in panels (forms.Panelled); bf16 ones go in panels once
         built, if the model is wide or rounds (panel_bf16.py)."""
         prepare()
@@ -60,7 +60,7 @@ class CpuModel:
         self.compiled_rows = SKINNY_ROWS if precision == "fp32" and not _packed(tensors) else COMPILED_ROWS
         self.tensors = tensors  # as loaded (LoRAs merged), for saving; the layers below share them
         # Int8 and NF4 matrices in panels (panels.py), in place: held once.
-        self.rounds_activations = keep_in_panels(tensors, not exact and vnni.available())
+        self.rounds_activations = keep_in_panels(tensors, exact)
         vec = lambda name: as_float32(tensors[name]).reshape(-1)
         # ln0 is applied to the gathered rows each step rather than folded into a copy of
         # the embedding: the (possibly memory-mapped) embedding is never duplicated.

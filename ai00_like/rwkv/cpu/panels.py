@@ -124,6 +124,14 @@ class _Rows(NamedTuple):
     bounds: np.ndarray
 
 
+class _Nf4Rows(NamedTuple):
+    """An NF4 matrix's bytes, absmax and levels in rows, as nf4.PackedNF4 holds them."""
+
+    q: np.ndarray
+    absmax: np.ndarray
+    levels: np.ndarray
+
+
 class Bf16Panels(NamedTuple):
     """A bf16 matrix of `rows` × K as the kernels read it (`panelled`): q [panels, K/2,
     2 · PANEL] bit patterns (a row's pair of inputs, one 32-bit lane), and `scales`, none
@@ -160,12 +168,14 @@ class Nf4Panels(NamedTuple):
     """An NF4 matrix of `rows` × K as the kernels read it (`panelled`): q [panels, K/2,
     PANEL] bytes (a pair's two codes, the first in the low nibble), absmax [panels, K/64,
     1, PANEL] as fp16 bit patterns, and the 16 levels. The form's matrices are
-    panel_nf4.PanelNF4."""
+    panel_nf4.PanelNF4; rounded_nf4.RoundedNF4 holds the same fields in rows."""
 
     q: np.ndarray
     absmax: np.ndarray
     rows: int
     levels: np.ndarray
+
+    IN_ROWS = False  # the bytes in rows, not panels
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -181,6 +191,14 @@ class Nf4Panels(NamedTuple):
         rows, pairs = matrix.q.shape
         q, absmax = panelled(matrix.q.reshape(rows, pairs, 1), matrix.absmax.reshape(rows, -1, 1))
         return cls(q, absmax, rows, matrix.levels)
+
+    @classmethod
+    def like(cls, kept: Nf4Panels):
+        """Another NF4 form's matrix as this one's: the same arrays where the layout is the same."""
+        if kept.IN_ROWS == cls.IN_ROWS:
+            return cls(*kept)
+        q, absmax = kept.packed()
+        return cls.of(_Nf4Rows(q, absmax, kept.levels))
 
     def packed(self) -> tuple[np.ndarray, np.ndarray]:
         """(q [N, K/2], absmax [N, K/64]) in rows again, as nf4.PackedNF4 holds them."""
