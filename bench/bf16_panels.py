@@ -9,12 +9,14 @@ same step of the other, so the machine's changes of speed fall on both:
 * `--against exact`: in panels with activations rounded to bf16 (`exact = false`, AVX-512
   BF16), and in panels with fp32 activations (`exact = true`); with `--quant int8+head`,
   every projection and the head quantised to Int8 at load, activations rounded to 16-bit
-  integers (vnni.py; on AMX's tiles where the CPU has them) against fp32 ones.
+  integers (vnni.py; on AMX's tiles where the CPU has them) against fp32 ones; with
+  `--quant nf4+head`, the projections in NF4 widened to bf16 on AMX's tiles
+  (rounded_nf4.py) against exact NF4.
 
 Prints tokens/s of each, the median step-time ratio (the second's over the first's) at each
 batch, and the logits' largest difference over their spread.
 
-    .venv/bin/python bench/bf16_panels.py --shape 1.5B [--against exact [--quant int8|int8+head]]
+    .venv/bin/python bench/bf16_panels.py --shape 1.5B [--against exact [--quant int8|int8+head|nf4|nf4+head]]
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from shapes import SHAPES, bf16_checkpoint
 from ai00_like.rwkv import load_model
 from ai00_like.rwkv.batch import StepInput
 from ai00_like.rwkv.cpu import model as cpu_model
-from ai00_like.rwkv.cpu import panels, rounded_bf16, vnni
+from ai00_like.rwkv.cpu import panels, rounded_bf16, rounded_nf4, vnni
 
 BATCHES = (1, 2, 4, 8, 16)
 
@@ -40,7 +42,7 @@ def load_both(path: str, against: str, quant: str | None):
     """(name, model) of the form measured, then of the one it is measured against."""
     in_panels = cpu_model.keeps_bf16_panels
     cpu_model.keeps_bf16_panels = lambda precision, *_: precision == "bf16" and panels.available()
-    quantised = {} if quant is None else dict(quant=1000, quant_type="int8", quant_head=quant.endswith("+head"))
+    quantised = {} if quant is None else dict(quant=1000, quant_type=quant.split("+")[0], quant_head=quant.endswith("+head"))
     load = lambda **kw: load_model(path, device="cpu", max_batch=max(BATCHES), **quantised, **kw)
     try:
         if against == "exact":
@@ -65,14 +67,15 @@ def main() -> None:
     parser.add_argument("--shape", choices=list(SHAPES), default="0.1B")
     parser.add_argument("--against", choices=("rows", "exact"), default="rows",
                         help="panels against rows, or rounded activations against exact ones")
-    parser.add_argument("--quant", choices=("int8", "int8+head"),
-                        help="with --against exact: Int8 projections (and head), rounded against exact")
+    parser.add_argument("--quant", choices=("int8", "int8+head", "nf4", "nf4+head"),
+                        help="with --against exact: Int8 or NF4 projections (and an Int8 head), rounded against exact")
     parser.add_argument("--no-save", action="store_true", help=record.NO_SAVE_HELP)
     args = parser.parse_args()
     assert args.quant is None or args.against == "exact", "--quant compares rounded against exact"
     (a_name, a), (b_name, b_model) = load_both(str(bf16_checkpoint(args.shape)), args.against, args.quant)
     if args.against == "exact":
-        differs = (vnni.available() if args.quant else rounded_bf16.available()) and a.rounds_activations
+        available = {None: rounded_bf16.available, "int8": vnni.available, "nf4": rounded_nf4.available}
+        differs = available[args.quant and args.quant.split("+")[0]]() and a.rounds_activations
     else:
         differs = type(a.head) is not type(b_model.head)
     assert panels.available() and differs, "no AVX-512 (BF16, VNNI): nothing to compare"
