@@ -95,6 +95,31 @@ def test_a_model_rounds_its_bf16_products_only_when_not_exact():
     assert np.abs(on_numpy - got[:40]).max() < 2e-2 * got.std()
 
 
+@needs_bf16
+def test_an_fp16_model_not_exact_multiplies_its_weights_rounded_to_bf16():
+    """An fp16 model that is not exact keeps each matrix as the nearest bf16 (ties to even)
+    in the rounded panels, its tensors as loaded; exact, it keeps them in fp16. Its logits
+    stay near the exact ones."""
+    bf16_tensors, info = bf16_v7(seed=6)
+    tensors = {name: bf16_to_f32(a).astype(np.float16) for name, a in bf16_tensors.items()}
+    loaded = {name: a.copy() for name, a in tensors.items()}
+    rounded, exact = CpuModel(tensors, info, exact=False), CpuModel(dict(loaded), info)
+    assert rounded.precision == exact.precision == "fp16"
+    assert rounded.rounds_activations and not exact.rounds_activations
+    assert exact.blocks[1].channel_mix.W["key"].dtype == np.float16
+    key = rounded.blocks[1].channel_mix.W["key"]
+    assert isinstance(key, rounded_bf16.RoundedBf16) and isinstance(rounded.head, rounded_bf16.RoundedBf16)
+    want_bits = f32_to_bf16(tensors["blocks.1.ffn.key.weight"].astype(np.float32)).view(np.uint16)
+    np.testing.assert_array_equal(key.packed(), want_bits)
+    for name, a in loaded.items():
+        np.testing.assert_array_equal(rounded.tensors[name], a, err_msg=name)
+    prompt = np.random.default_rng(1).integers(1, info.vocab, 200).tolist()
+    want, _ = exact.forward(prompt, full_output=True)
+    got, _ = rounded.forward(prompt, full_output=True)
+    error = np.abs(got - want).max(axis=1) / want.std(axis=1)
+    assert 1e-5 < np.median(error) < 3e-2 and np.mean(got.argmax(axis=1) == want.argmax(axis=1)) >= 0.95
+
+
 def test_without_avx512_bf16_a_model_keeps_fp32_products(tmp_path):
     """NUMBA_CPU_FEATURES without AVX-512 BF16 (Zen 3, Ice Lake, or a release built for
     them): the rounded form is not offered, and a bf16 model asked for it stays exact."""
@@ -225,6 +250,18 @@ def test_the_demo_models_greedy_replies_change_only_at_ties():
     from test_demo_model import MODEL
 
     exact, rounded = (load_model(MODEL, device="cpu", precision="bf16", exact=e) for e in (True, False))
+    assert_greedy_replies_change_only_at_ties(exact, rounded)
+
+
+@needs_bf16
+def test_the_demo_models_fp16_weights_rounded_change_replies_only_at_ties():
+    """The same bar for the demo model as its file stores it, in fp16: not exact, its
+    weights are rounded to bf16 as well as its activations."""
+    from ai00_like.rwkv import load_model
+    from test_demo_model import MODEL
+
+    exact, rounded = (load_model(MODEL, device="cpu", exact=e) for e in (True, False))
+    assert exact.precision == rounded.precision == "fp16"
     assert_greedy_replies_change_only_at_ties(exact, rounded)
 
 

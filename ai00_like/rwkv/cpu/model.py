@@ -49,10 +49,10 @@ class CpuModel:
         cache) before returning; "background" returns at once and steps on numpy and BLAS
         until a background thread has compiled them (`kernels_ready`), dense weights only
         (the packed forms have no numpy product: they warm up now). Not `exact`, Int8 and
-        bf16 products round the activations where the CPU has AVX-512 VNNI or BF16 (vnni.py,
-        rounded_bf16.py), and NF4 ones are widened to bf16 on AMX's tiles (rounded_nf4.py). Where the CPU has AVX-512, Int8 and NF4 matrices are replaced in
-        `tensors` by the same numbers in panels (forms.Panelled); bf16 ones go in panels once
-        built, if the model is wide or rounds (panel_bf16.py)."""
+        16-bit products round the activations where the CPU has AVX-512 VNNI or BF16 (vnni.py,
+        rounded_bf16.py; fp16 weights to bf16 too), NF4 ones widen to bf16 on AMX's tiles
+        (rounded_nf4.py). With AVX-512, Int8 and NF4 matrices become panels in `tensors`
+        (forms.Panelled), bf16 ones once built if the model is wide or rounds (panel_bf16.py)."""
         prepare()
         self.info = info
         self.precision = precision = kept_precision(tensors, precision)
@@ -68,15 +68,15 @@ class CpuModel:
         self.ln0 = (vec("blocks.0.ln0.weight"), vec("blocks.0.ln0.bias"))
         # The matrices streamed every token go to huge pages where the system has them; a
         # wide model's bf16 ones go in panels instead (panel_bf16.py), numpy's huge pages.
-        bf16_panels = _bf16_panel_kind(precision, info.n_embd, exact)
-        arena = None if bf16_panels else Arena.for_tensors(tensors, precision)
+        matrices, bf16_panels = _matrix_forms(precision, info.n_embd, exact)
+        arena = None if bf16_panels else Arena.for_tensors(tensors, matrices)
         self.blocks = []
         for i in range(info.n_layer):
-            self.blocks.append(Block(tensors, info, i, precision, arena))
+            self.blocks.append(Block(tensors, info, i, matrices, arena))
             if progress:
                 progress(i + 1, info.n_layer + 1)
         self.ln_out = (vec("ln_out.weight"), vec("ln_out.bias"))
-        self.head = kernel_form(stored(tensors["head.weight"], precision, "head.weight", source, arena))
+        self.head = kernel_form(stored(tensors["head.weight"], matrices, "head.weight", source, arena))
         if bf16_panels:
             self.head = _bf16_in_panels(self.blocks, self.head, bf16_panels)
             self.rounds_activations |= bf16_panels is RoundedBf16
@@ -267,6 +267,16 @@ def _bf16_panel_kind(precision: str, width: int, exact: bool) -> type | None:
     if not keeps_bf16_panels(precision, width, rounding):
         return None
     return RoundedBf16 if rounding else PanelBf16
+
+
+def _matrix_forms(precision: str, width: int, exact: bool) -> tuple[str, type | None]:
+    """What a model kept in `precision` keeps its matrices in, and their panels' kind
+    (`_bf16_panel_kind`): an fp16 model's rounded to bf16 where bf16 products round the
+    activations (`exact = false`, rounded_bf16.py), once at load, since no CPU here has a
+    product of fp16 weights faster than fp32 FMAs."""
+    if precision == "fp16" and _bf16_panel_kind("bf16", width, exact) is RoundedBf16:
+        return "bf16", RoundedBf16
+    return precision, _bf16_panel_kind(precision, width, exact)
 
 
 def _bf16_in_panels(blocks, head, kind: type):
