@@ -36,7 +36,7 @@ def test_the_product_is_that_of_the_matrix_and_x_in_bf16(rows):
     cores. It did round: the exact product is further off."""
     matrix = nf4_matrix(202, 384)
     w = rounded_nf4.RoundedNF4.of(nf4.PackedNF4.of(matrix))
-    assert w.shape == (202, 384) and w.q.shape == (240, 192)
+    assert w.shape == (202, 384) and w.q.shape == (5, 6, 48, 32) and w.absmax.shape == (5, 6, 48)
     x = np.random.default_rng(rows).standard_normal((rows, 384)).astype(np.float32)
     weights = bf16_to_f32(f32_to_bf16(np.asarray(matrix))).astype(np.float64)
     want = bf16_rounding.rounded(x).astype(np.float64) @ weights.T
@@ -55,7 +55,7 @@ def test_a_row_gets_the_same_bits_whatever_shares_its_call():
 
 @needs_tiles
 def test_a_model_widens_its_nf4_products_only_when_not_exact():
-    """Not exact, the model holds its NF4 matrices once, in rows for the tiles, as many
+    """Not exact, the model holds its NF4 matrices once, in row blocks for the tiles, as many
     bytes as in panels, and saves the words it loaded; a model built after it from the same
     dict has them in panels again and multiplies them exactly. Logits near the exact ones,
     and a decoding step near its prompt's chunk (they differ by the WKV's order of sums)."""

@@ -32,7 +32,7 @@ from .jit import tiles_permitted
 
 # bf16 past each widened row of an NF4 matrix: rows a multiple of 4 KiB apart share L1's sets
 WIDENED_PADDING = 32
-NF4_BLOCK_INPUTS, NF4_BLOCK_BYTES = 64, 32
+NF4_BLOCK_INPUTS = 64
 # Blocks of 48 rows widened at a time for one group of rows of x (a decoding step): 27 KiB
 # of bf16, in L1 while the tiles read it.
 NF4_BLOCKS_IN_L1 = 4
@@ -78,13 +78,12 @@ def tile_product(q, scales, x_parts, out):  # pragma: no cover - compiled by num
 
 
 def nf4_tile_product(q, absmax, levels, xt, out):  # pragma: no cover - compiled by numba
-    """out = x · Wᵀ for an NF4 matrix in rows, q [N', K/2] and absmax (N' a multiple of 48,
-    rounded_nf4.RoundedNF4), x as bf16 pairs xt [groups, K/2, 16] (rounded_nf4.tile_pairs):
+    """out = x · Wᵀ for an NF4 matrix in row blocks, q [N'/48, K/64, 48, 32] and absmax
+    (rounded_nf4.RoundedNF4), x as bf16 pairs xt [groups, K/2, 16] (rounded_nf4.tile_pairs):
     each 48 rows widened to bf16 (amx_nf4_ir.py) once a call and multiplied by every group
     of 16 rows of x; for one group, a few blocks at a time, the widened part kept in L1."""
     M, N = out.shape
-    blocks = q.shape[1] // NF4_BLOCK_BYTES
-    panels_count = q.shape[0] // panels.PANEL
+    panels_count, blocks = q.shape[0], q.shape[1]
     tasks = min(panels_count, panels.MAX_TASKS)
     span = blocks if xt.shape[0] > 1 else NF4_BLOCKS_IN_L1
     for task in prange(tasks):
@@ -93,14 +92,14 @@ def nf4_tile_product(q, absmax, levels, xt, out):  # pragma: no cover - compiled
         for p in range(task * panels_count // tasks, (task + 1) * panels_count // tasks):
             first = p * panels.PANEL
             if xt.shape[0] > 1:
-                widen_rows(q, absmax, levels, first, (0, blocks), widened)
+                widen_rows(q, absmax, levels, p, (0, blocks), widened)
                 for group in range(xt.shape[0]):
                     nf4_tiles(widened, xt, group, (0, 2 * blocks), sums)
                     nf4_rows_out(sums, group, first, out)
             else:
                 for b in range(0, blocks, span):
                     count = min(span, blocks - b)
-                    widen_rows(q, absmax, levels, first, (b, count), widened)
+                    widen_rows(q, absmax, levels, p, (b, count), widened)
                     nf4_tiles(widened, xt, 0, (2 * b, 2 * count), sums)
                 nf4_rows_out(sums, 0, first, out)
 

@@ -48,7 +48,7 @@ def panelled(pairs: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.ndar
     head is 256 MiB)."""
     rows, n_pairs, width = pairs.shape
     panels = -(-rows // PANEL)
-    q = _zeros_on_lines((panels, n_pairs, width * PANEL), pairs.dtype)
+    q = zeros_on_lines((panels, n_pairs, width * PANEL), pairs.dtype)
     kept_scales = np.zeros((panels, *scales.shape[1:], PANEL), scales.dtype)
     for p in range(panels):
         part = slice(p * PANEL, (p + 1) * PANEL)
@@ -58,7 +58,7 @@ def panelled(pairs: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.ndar
     return read_only(q), read_only(kept_scales)
 
 
-def _zeros_on_lines(shape: tuple[int, ...], dtype) -> np.ndarray:
+def zeros_on_lines(shape: tuple[int, ...], dtype) -> np.ndarray:
     """np.zeros starting on a cache line: numpy's large arrays start 16 bytes past one, and
     every other 64-byte load of a panel then spans two lines."""
     nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
@@ -168,14 +168,14 @@ class Nf4Panels(NamedTuple):
     """An NF4 matrix of `rows` × K as the kernels read it (`panelled`): q [panels, K/2,
     PANEL] bytes (a pair's two codes, the first in the low nibble), absmax [panels, K/64,
     1, PANEL] as fp16 bit patterns, and the 16 levels. The form's matrices are
-    panel_nf4.PanelNF4; rounded_nf4.RoundedNF4 holds the same fields in rows."""
+    panel_nf4.PanelNF4; rounded_nf4.RoundedNF4 holds the same fields in row blocks."""
 
     q: np.ndarray
     absmax: np.ndarray
     rows: int
     levels: np.ndarray
 
-    IN_ROWS = False  # the bytes in rows, not panels
+    LAYOUT = "panels"  # how q and absmax hold the numbers: a form of another layout converts them
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -195,7 +195,7 @@ class Nf4Panels(NamedTuple):
     @classmethod
     def like(cls, kept: Nf4Panels):
         """Another NF4 form's matrix as this one's: the same arrays where the layout is the same."""
-        if kept.IN_ROWS == cls.IN_ROWS:
+        if kept.LAYOUT == cls.LAYOUT:
             return cls(*kept)
         q, absmax = kept.packed()
         return cls.of(_Nf4Rows(q, absmax, kept.levels))
