@@ -17,7 +17,9 @@ opening of Genesis), and for Int8 and NF4 weights against their own unrounded se
 VNNI (cpu/vnni.py); where the CPU has it, the "VNNI" line measures those kernels themselves.
 "bf16" is what it does to bf16 products on a CPU with AVX-512 BF16 (cpu/rounded_bf16.py);
 the "BF16" line measures those kernels, against the same model in bf16 with exact products
-(the demo's fp16 weights rounded to bf16 for both). The "NF4 tiles" line measures what it
+(the demo's fp16 weights rounded to bf16 for both); its "fp16" line, against the model in
+fp16, exact, also rounds the fp16 weights to bf16, as an fp16 model that is not exact does
+(the seeded checkpoints' weights are bf16 numbers: only the demo's move). The "NF4 tiles" line measures what it
 does to NF4 products where the CPU has AMX's tiles (cpu/rounded_nf4.py: weights widened to
 bf16, x rounded to bf16). `--kernels-only` measures just those lines.
 
@@ -165,6 +167,9 @@ def main() -> None:
             if weights == "bf16" and rounded_bf16.available():  # against the same weights in bf16, exact
                 want = make(weights, precision="bf16").forward(prompt, full_output=True)[0]
                 kernels_line(results, (name, weights, "BF16"), prompt, want, make(weights, precision="bf16", exact=False))
+                # fp16 weights, rounded to bf16 at load: against the same weights in fp16, exact
+                want = make(weights, precision="fp16").forward(prompt, full_output=True)[0]
+                kernels_line(results, (name, "fp16", "BF16"), prompt, want, make(weights, precision="fp16", exact=False))
             del model, want
     print(json.dumps(results))
     record.save("activation_rounding", results, args)
