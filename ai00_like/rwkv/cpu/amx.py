@@ -33,9 +33,6 @@ from .jit import tiles_permitted
 # bf16 past each widened row of an NF4 matrix: rows a multiple of 4 KiB apart share L1's sets
 WIDENED_PADDING = 32
 NF4_BLOCK_INPUTS = 64
-# Blocks of 48 rows widened at a time for one group of rows of x (a decoding step): 27 KiB
-# of bf16, in L1 while the tiles read it.
-NF4_BLOCKS_IN_L1 = 4
 TILE_ROWS = 16  # rows of x a tile product takes (amx_ir.py's tiles: not imported before numba is configured)
 
 
@@ -54,7 +51,7 @@ def available(feature: str = "amx-bf16") -> bool:
 
 # Module-level kernels, compiled below where numba and AVX-512 are (skinny.py says why not nested).
 prange = range
-panel_tiles = widen_rows = nf4_tiles = None
+panel_tiles = widen_rows = nf4_tiles = nf4_panel_one_group = None
 
 
 def tile_product(q, scales, x_parts, out):  # pragma: no cover - compiled by numba
@@ -81,26 +78,25 @@ def nf4_tile_product(q, absmax, levels, xt, out):  # pragma: no cover - compiled
     """out = x · Wᵀ for an NF4 matrix in row blocks, q [N'/48, K/64, 48, 32] and absmax
     (rounded_nf4.RoundedNF4), x as bf16 pairs xt [groups, K/2, 16] (rounded_nf4.tile_pairs):
     each 48 rows widened to bf16 (amx_nf4_ir.py) once a call and multiplied by every group
-    of 16 rows of x; for one group, a few blocks at a time, the widened part kept in L1."""
+    of 16 rows of x; for one group, a block at a time into one of two slots, the tiles
+    multiplying the block before from the other (amx_nf4_ir.nf4_panel_one_group)."""
     M, N = out.shape
     panels_count, blocks = q.shape[0], q.shape[1]
     tasks = min(panels_count, panels.MAX_TASKS)
-    span = blocks if xt.shape[0] > 1 else NF4_BLOCKS_IN_L1
+    whole = xt.shape[0] > 1
+    slots, width = (1, NF4_BLOCK_INPUTS * blocks) if whole else (2, NF4_BLOCK_INPUTS)
     for task in prange(tasks):
         sums = np.empty((panels.PANEL, TILE_ROWS), dtype=np.float32)
-        widened = np.empty((panels.PANEL, NF4_BLOCK_INPUTS * span + WIDENED_PADDING), dtype=np.uint16)
+        widened = np.empty((slots, panels.PANEL, width + WIDENED_PADDING), dtype=np.uint16)
         for p in range(task * panels_count // tasks, (task + 1) * panels_count // tasks):
             first = p * panels.PANEL
-            if xt.shape[0] > 1:
-                widen_rows(q, absmax, levels, p, (0, blocks), widened)
+            if whole:
+                widen_rows(q, absmax, levels, p, (0, blocks), widened[0])
                 for group in range(xt.shape[0]):
-                    nf4_tiles(widened, xt, group, (0, 2 * blocks), sums)
+                    nf4_tiles(widened[0], xt, group, (0, 2 * blocks), sums)
                     nf4_rows_out(sums, group, first, out)
             else:
-                for b in range(0, blocks, span):
-                    count = min(span, blocks - b)
-                    widen_rows(q, absmax, levels, p, (b, count), widened)
-                    nf4_tiles(widened, xt, 0, (2 * b, 2 * count), sums)
+                nf4_panel_one_group(q, absmax, levels, p, xt, widened, sums)
                 nf4_rows_out(sums, 0, first, out)
 
 
@@ -136,9 +132,10 @@ def _build():
 
     from . import amx_int8_ir, amx_nf4_ir  # need numba, configured by panels' build above
 
-    global prange, panel_tiles, widen_rows, nf4_tiles, byte_parts, nf4_rows_out
+    global prange, panel_tiles, widen_rows, nf4_tiles, nf4_panel_one_group, byte_parts, nf4_rows_out
     prange, panel_tiles = panels.prange, intrinsic(amx_int8_ir.panel_tiles)
     widen_rows, nf4_tiles = intrinsic(amx_nf4_ir.widen_rows), intrinsic(amx_nf4_ir.nf4_tiles)
+    nf4_panel_one_group = intrinsic(amx_nf4_ir.nf4_panel_one_group)
     inline = panels.exact_jit(parallel=False, inline="always")
     byte_parts, nf4_rows_out = inline(byte_parts), inline(nf4_rows_out)
     return panels.exact_jit()(tile_product), panels.exact_jit()(nf4_tile_product)
